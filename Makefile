@@ -1,0 +1,87 @@
+# rlm — build, test, bench.  `make run` and `make test` are the two commands the README promises.
+PREFIX  ?= /usr/local
+PKGS    := lua5.4 lua5.4-cjson libcurl
+# Recursive (=) so pkg-config runs when a recipe needs it, after `deps` has installed the packages.
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
+CFLAGS  ?= -O2 -g
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Ihost -Ibuild $(PKG_CFLAGS) $(CFLAGS)
+LIBS       = $(PKG_LIBS) -lm
+
+HOST_SRC := $(filter-out host/main.c host/bin2c.c,$(wildcard host/*.c))
+HOST_OBJ := $(HOST_SRC:host/%.c=build/%.o)
+BINDINGS := $(patsubst host/l%.c,%,$(wildcard host/l*.c))
+# Everything under lua/ and skills/ ships inside the binary.
+EMBED    := $(shell find lua skills -type f ! -name '*~' ! -path '*/__pycache__/*' 2>/dev/null | LC_ALL=C sort)
+CHECK_SRC := $(wildcard tests/check_*.c)
+SUITES   := $(patsubst tests/check_%.c,%,$(filter-out tests/check_main.c,$(CHECK_SRC)))
+
+.PHONY: all deps run test check luatest pytest sdktest memcheck bench install clean
+all: rlm
+
+deps:
+	@.ci/deps
+
+build/.dir:
+	@mkdir -p build && touch $@
+
+build/bin2c: host/bin2c.c | build/.dir
+	$(CC) -O2 -o $@ $<
+
+build/embedded.c: build/bin2c $(EMBED) | build/.dir
+	build/bin2c $(EMBED) > $@
+
+# One luaopen_rlm_core_<name> per host/l<name>.c, registered in package.preload as rlm.core.<name>.
+build/bindings.h: $(wildcard host/l*.c) | build/.dir
+	@printf '%s\n' $(foreach b,$(BINDINGS),'BINDING($(b))') > $@
+
+build/%.o: host/%.c $(wildcard host/*.h) build/bindings.h | build/.dir
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+build/embedded.o: build/embedded.c host/embed.h
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+build/libhost.a: $(HOST_OBJ) build/embedded.o
+	$(AR) rcs $@ $^
+
+rlm: build/main.o build/libhost.a
+	$(CC) -o $@ $^ $(LIBS)
+
+# Check runner: every tests/check_<area>.c exports make_<area>_suite().
+build/suites.h: $(CHECK_SRC) | build/.dir
+	@printf '%s\n' $(foreach s,$(SUITES),'SUITE($(s))') > $@
+
+build/check_all: $(CHECK_SRC) build/suites.h build/libhost.a tests/check_host.h
+	$(CC) $(ALL_CFLAGS) -Itests -o $@ $(CHECK_SRC) build/libhost.a $(LIBS) $(shell pkg-config --cflags --libs check 2>/dev/null)
+
+run: deps rlm
+	./rlm skill rlm-execute
+
+check: build/check_all rlm
+	build/check_all
+
+luatest: rlm
+	./rlm run tests/run.lua
+
+pytest:
+	/usr/bin/python3 -m unittest discover -s tests/py
+
+sdktest:
+	@tests/sdk/run
+
+test: deps rlm
+	@$(MAKE) --no-print-directory check luatest pytest sdktest
+
+memcheck: build/check_all
+	CK_FORK=no valgrind --quiet --leak-check=full --show-leak-kinds=definite,indirect \
+	  --errors-for-leak-kinds=definite,indirect --error-exitcode=1 build/check_all
+
+bench: deps rlm
+	./rlm run bench/run.lua
+
+install: rlm
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 755 rlm $(DESTDIR)$(PREFIX)/bin/rlm
+
+clean:
+	rm -rf build rlm

@@ -1,0 +1,23 @@
+--- Runs every bench/*.lua (or those named on the command line) and prints their figures.
+-- Benches print numbers; they never pass or fail.
+package.path = "bench/?.lua;tests/lua/?.lua;" .. package.path
+local sys = require "rlm.sys"
+
+local wanted = {...}
+local files = {}
+for _, f in ipairs(assert(sys.list_dir("bench"))) do
+  if f:match("%.lua$") and f ~= "run.lua" and f ~= "common.lua" then
+    local name = f:gsub("%.lua$", "")
+    local pick = #wanted == 0
+    for _, w in ipairs(wanted) do pick = pick or name == w end
+    if pick then files[#files + 1] = f end
+  end
+end
+table.sort(files)
+for _, f in ipairs(files) do
+  print(("== %s"):format(f))
+  local ok, err = xpcall(dofile, debug.traceback, "bench/" .. f)
+  if not ok then print("bench failed: " .. tostring(err)) end
+  require("support").cleanup()
+  print()
+end

@@ -1,0 +1,239 @@
+/* host.c — builds the Lua state: libraries, preloaded modules, search paths, signals. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include "host.h"
+
+int luaopen_cjson(lua_State *L);
+int luaopen_cjson_safe(lua_State *L);
+
+#define BINDING(name) int luaopen_rlm_core_##name(lua_State *L);
+#include "bindings.h"
+#undef BINDING
+
+static const luaL_Reg host_bindings[] = {
+#define BINDING(name) {"rlm.core." #name, luaopen_rlm_core_##name},
+#include "bindings.h"
+#undef BINDING
+    {"cjson", luaopen_cjson},
+    {"cjson.safe", luaopen_cjson_safe},
+    {NULL, NULL}};
+
+volatile sig_atomic_t host_signal;
+static lua_State *signal_state;
+static int signal_pipe[2] = {-1, -1};
+
+const struct embedded_file *host_embedded(const char *path)
+{
+    for (size_t i = 0; i < embedded_count; i++)
+        if (strcmp(embedded_files[i].path, path) == 0)
+            return &embedded_files[i];
+    return NULL;
+}
+
+static int msghandler(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    if (msg == NULL) {
+        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+            return 1;
+        msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    }
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+int host_pcall(lua_State *L, int nargs, int nresults)
+{
+    int base = lua_gettop(L) - nargs;
+    lua_pushcfunction(L, msghandler);
+    lua_insert(L, base);
+    int status = lua_pcall(L, nargs, nresults, base);
+    lua_remove(L, base);
+    return status;
+}
+
+void host_report(lua_State *L, int status)
+{
+    if (status == LUA_OK)
+        return;
+    const char *msg = lua_tostring(L, -1);
+    fprintf(stderr, "rlm: %s\n", msg ? msg : "(error without a message)");
+    fflush(stderr);
+    lua_pop(L, 1);
+}
+
+/* package.preload loader for an embedded lua/ file; upvalue 1 is its index. The chunk name is
+ * the real path so tracebacks point at lua/... lines. */
+static int load_embedded(lua_State *L)
+{
+    const struct embedded_file *f = &embedded_files[lua_tointeger(L, lua_upvalueindex(1))];
+    lua_pushfstring(L, "@%s", f->path);
+    if (luaL_loadbufferx(L, (const char *)f->data, f->len, lua_tostring(L, -1), "t") != LUA_OK)
+        return lua_error(L);
+    lua_pushvalue(L, 1);               /* module name, as require passes it */
+    lua_call(L, 1, 1);
+    return 1;
+}
+
+/* "lua/rlm/init.lua" -> "rlm", "lua/rlm/http.lua" -> "rlm.http"; 0 if not a lua/ module. */
+static int module_name(const char *path, char *out, size_t size)
+{
+    size_t n = strlen(path);
+    if (strncmp(path, "lua/", 4) != 0 || n < 8 || strcmp(path + n - 4, ".lua") != 0 || n - 8 >= size)
+        return 0;
+    memcpy(out, path + 4, n - 8);
+    out[n - 8] = '\0';
+    size_t m = strlen(out);
+    if (m > 5 && strcmp(out + m - 5, "/init") == 0)
+        out[m - 5] = '\0';
+    for (char *p = out; *p; p++)
+        if (*p == '/')
+            *p = '.';
+    return 1;
+}
+
+static void preload_modules(lua_State *L)
+{
+    char name[256];
+    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);   // [preload]
+    for (const luaL_Reg *b = host_bindings; b->name; b++) {
+        lua_pushcfunction(L, b->func);
+        lua_setfield(L, -2, b->name);
+    }
+    for (size_t i = 0; i < embedded_count; i++) {
+        if (!module_name(embedded_files[i].path, name, sizeof name))
+            continue;
+        lua_pushinteger(L, (lua_Integer)i);
+        lua_pushcclosure(L, load_embedded, 1);
+        lua_setfield(L, -2, name);
+    }
+    lua_pop(L, 1);
+}
+
+/* With RLM_LUA_PATH set, modules found in those directories win over the embedded ones, so a
+ * user can replace one module (a prompt template, say) without rebuilding. The searcher goes
+ * in front of the preload searcher; package.path itself never looks in the working directory
+ * (mpv's reasoning: a stray ./x.lua must not hijack a require). */
+static void set_search_paths(lua_State *L)
+{
+    const char *dirs = getenv("RLM_LUA_PATH");
+    lua_getglobal(L, "package");                                  // [package]
+    lua_pushliteral(L, "");
+    lua_setfield(L, -2, "cpath");
+    if (dirs && *dirs) {
+        luaL_Buffer b;
+        luaL_buffinit(L, &b);
+        const char *p = dirs;
+        while (*p) {
+            const char *colon = strchr(p, ':');
+            size_t len = colon ? (size_t)(colon - p) : strlen(p);
+            if (len) {
+                luaL_addlstring(&b, p, len);
+                luaL_addstring(&b, "/?.lua;");
+                luaL_addlstring(&b, p, len);
+                luaL_addstring(&b, "/?/init.lua;");
+            }
+            p += len + (colon != NULL);
+        }
+        luaL_pushresult(&b);                                      // [package, path]
+        lua_setfield(L, -2, "path");
+        lua_getfield(L, -1, "searchers");                         // [package, searchers]
+        lua_rawgeti(L, -1, 2);                                    // the Lua-file searcher
+        for (lua_Integer i = (lua_Integer)luaL_len(L, -2); i >= 1; i--) {
+            lua_rawgeti(L, -2, i);
+            lua_rawseti(L, -3, i + 1);
+        }
+        lua_rawseti(L, -2, 1);
+        lua_pop(L, 1);
+    } else {
+        lua_pushliteral(L, "");
+        lua_setfield(L, -2, "path");
+    }
+    lua_pop(L, 1);
+}
+
+static int host_setup(lua_State *L)
+{
+    luaL_checkversion(L);
+    luaL_openlibs(L);
+    preload_modules(L);
+    set_search_paths(L);
+    return 0;
+}
+
+lua_State *host_newstate(void)
+{
+    lua_State *L = luaL_newstate();
+    if (L == NULL)
+        return NULL;
+    lua_pushcfunction(L, host_setup);
+    int status = host_pcall(L, 0, 0);
+    if (status != LUA_OK) {
+        host_report(L, status);
+        lua_close(L);
+        return NULL;
+    }
+    return L;
+}
+
+/* Signals: the handler only records the signal, pokes the self-pipe (which wakes the event
+ * loop's wait) and arms a count hook, the same trick lua.c uses, so that plain Lua code is
+ * interrupted too. Both paths then raise "interrupted" from normal Lua context. */
+static void interrupt_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    lua_sethook(L, NULL, 0, 0);
+    host_check_signal(L);
+}
+
+static void on_signal(int signo)
+{
+    int saved = errno;
+    host_signal = signo;
+    if (signal_pipe[1] >= 0) {
+        ssize_t r = write(signal_pipe[1], "!", 1);
+        (void)r;
+    }
+    if (signal_state)
+        lua_sethook(signal_state, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+    errno = saved;
+}
+
+void host_install_signals(lua_State *L)
+{
+    signal_state = L;
+    if (signal_pipe[0] < 0 && pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+        signal_pipe[0] = signal_pipe[1] = -1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+int host_signal_fd(void)
+{
+    return signal_pipe[0];
+}
+
+void host_check_signal(lua_State *L)
+{
+    if (!host_signal || host_signal < 0)
+        return;
+    char drain[64];
+    while (signal_pipe[0] >= 0 && read(signal_pipe[0], drain, sizeof drain) > 0)
+        ;
+    int signo = host_signal;
+    host_signal = -signo;     /* handled; main still sees which signal ended the run */
+    luaL_error(L, "interrupted (%s)", signo == SIGINT ? "SIGINT" : "SIGTERM");
+}

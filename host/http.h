@@ -1,0 +1,53 @@
+/* http.h — the one curl layer under rlm.core.http, the LLM binding and the Daytona binding.
+ * A call is one HTTP exchange run on the event loop; callbacks run from loop.poll in plain C
+ * (never Lua). Retries, parsing and Lua results are the caller's business. */
+#ifndef RLM_HTTP_H
+#define RLM_HTTP_H
+#include <curl/curl.h>
+#include "buf.h"
+#include "loop.h"
+
+struct http_req {
+    const char *method;            /* NULL: GET, or POST when body is set */
+    const char *url;
+    struct curl_slist *headers;    /* borrowed; must outlive the call */
+    const char *body;              /* borrowed; must outlive the call */
+    size_t body_len;
+    long timeout_ms;               /* whole exchange; 0 = none */
+    long connect_timeout_ms;       /* 0 = curl's default */
+};
+
+struct http_call;
+/* on_chunk: body bytes as they arrive (the body is then not kept); NULL keeps the body. */
+typedef void (*http_chunk_fn)(void *ud, struct http_call *c, const char *data, size_t len);
+typedef void (*http_done_fn)(void *ud, struct http_call *c);
+
+struct http_call {
+    CURL *easy;
+    loop *lp;
+    long status;                   /* of the final response; 0 before headers */
+    struct buf body;
+    struct buf headers;            /* raw header lines of the final response */
+    CURLcode result;
+    char error[CURL_ERROR_SIZE];
+    long new_connections;
+    double seconds;
+    int running;
+    http_chunk_fn on_chunk;
+    http_done_fn done;
+    void *ud;
+};
+
+/* Starts a call; NULL when out of memory or curl refuses the options. */
+struct http_call *http_start(loop *lp, const struct http_req *req, http_chunk_fn on_chunk,
+                             http_done_fn done, void *ud);
+/* Cancels the call if it is still running, and frees it. Safe on NULL. */
+void http_free(struct http_call *c);
+/* Copies the value of a response header (case-insensitive) into out; 0 if present. */
+int http_header(const struct http_call *c, const char *name, char *out, size_t size);
+/* Short machine-readable kind of a transport failure: connect, dns, timeout, tls, transfer. */
+const char *http_failure_kind(CURLcode result);
+/* A human message for a failed call (curl's own words; never headers or bodies). */
+const char *http_failure_message(const struct http_call *c);
+
+#endif

@@ -1,0 +1,41 @@
+/* loop.h — the host's one event loop: curl transfers, watched file descriptors (child
+ * pipes) and timers, all waited on by a single curl_multi_poll.
+ *
+ * Everything here is C-to-C: callbacks never touch Lua. A binding tells the Lua scheduler
+ * (lua/rlm/async.lua) that something happened by marking an op id ready; loop.poll() hands
+ * those ids to Lua, which resumes the coroutine waiting on each. */
+#ifndef RLM_LOOP_H
+#define RLM_LOOP_H
+#include <curl/curl.h>
+#include <lua.h>
+
+typedef struct loop loop;
+typedef void (*loop_done_fn)(void *ud, CURLcode result);
+typedef void (*loop_fd_fn)(void *ud, int fd, short revents);
+typedef void (*loop_timer_fn)(void *ud);
+
+/* The loop of this state, created on first use and freed when the state closes. */
+loop *loop_get(lua_State *L);
+CURLM *loop_multi(loop *lp);
+
+/* Transfers. The loop owns CURLOPT_PRIVATE of added handles. done is called once, from
+ * loop_poll, after the handle has been removed from the multi. */
+int loop_add_easy(loop *lp, CURL *easy, loop_done_fn done, void *ud);
+void loop_remove_easy(loop *lp, CURL *easy);
+
+/* Descriptors: fn is called from loop_poll when fd has any of events (POLLIN/POLLOUT);
+ * POLLHUP/POLLERR are always reported. Watching an fd again replaces its entry. */
+int loop_watch(loop *lp, int fd, short events, loop_fd_fn fn, void *ud);
+void loop_unwatch(loop *lp, int fd);
+
+/* Timers on the monotonic clock (milliseconds); ids are never reused. */
+lua_Integer loop_timer_add(loop *lp, double due_ms, loop_timer_fn fn, void *ud);
+void loop_timer_cancel(loop *lp, lua_Integer id);
+
+/* Op ids shared with Lua, and the ready signal. */
+lua_Integer loop_new_id(loop *lp);
+void loop_ready(loop *lp, lua_Integer id);
+
+double loop_now_ms(void);
+
+#endif

@@ -1,0 +1,821 @@
+/* lsys.c — rlm.core.sys: what Lua lacks for running sandboxes and tools.
+ *   now() time() getpid() getenv(n) setenv(n, v|nil) environ() isatty(fd) which(cmd)
+ *   read_file(p) write_file(p, data[, mode]) (atomic) mkdir_p(p) list_dir(p) stat(p)
+ *   remove(p[, recursive]) mkdtemp(prefix) realpath(p) kill(pid, sig)
+ *   spawn{argv=, env=, cwd=, stdin=, stdout=, stderr=} -> process (pipes on the event loop)
+ * Failures caused by the environment return nil, message; misuse raises. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+
+#include "buf.h"
+#include "loop.h"
+
+#define PROCESS "rlm.sys.process"
+
+extern char **environ;
+
+static int fail_errno(lua_State *L, const char *what)
+{
+    int e = errno;
+    luaL_pushfail(L);
+    lua_pushfstring(L, "%s: %s", what, strerror(e));
+    lua_pushinteger(L, e);
+    return 3;
+}
+
+static int l_now(lua_State *L)
+{
+    lua_pushnumber(L, loop_now_ms() / 1e3);
+    return 1;
+}
+
+static int l_time(lua_State *L)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    lua_pushnumber(L, (double)ts.tv_sec + (double)ts.tv_nsec / 1e9);
+    return 1;
+}
+
+static int l_getpid(lua_State *L)
+{
+    lua_pushinteger(L, getpid());
+    return 1;
+}
+
+static int l_getenv(lua_State *L)
+{
+    lua_pushstring(L, getenv(luaL_checkstring(L, 1)));
+    return 1;
+}
+
+static int l_setenv(lua_State *L)
+{
+    const char *name = luaL_checkstring(L, 1);
+    int r = lua_isnoneornil(L, 2) ? unsetenv(name) : setenv(name, luaL_checkstring(L, 2), 1);
+    if (r != 0)
+        return fail_errno(L, name);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int l_environ(lua_State *L)
+{
+    lua_newtable(L);
+    for (char **e = environ; *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (eq == NULL)
+            continue;
+        lua_pushlstring(L, *e, (size_t)(eq - *e));
+        lua_pushstring(L, eq + 1);
+        lua_rawset(L, -3);
+    }
+    return 1;
+}
+
+static int l_isatty(lua_State *L)
+{
+    lua_pushboolean(L, isatty((int)luaL_checkinteger(L, 1)));
+    return 1;
+}
+
+static int l_which(lua_State *L)
+{
+    const char *cmd = luaL_checkstring(L, 1);
+    if (strchr(cmd, '/')) {
+        lua_pushstring(L, access(cmd, X_OK) == 0 ? cmd : NULL);
+        return 1;
+    }
+    const char *path = getenv("PATH");
+    if (path == NULL)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    char full[PATH_MAX];
+    while (*path) {
+        const char *colon = strchr(path, ':');
+        size_t len = colon ? (size_t)(colon - path) : strlen(path);
+        if (len && snprintf(full, sizeof full, "%.*s/%s", (int)len, path, cmd) < (int)sizeof full &&
+            access(full, X_OK) == 0) {
+            lua_pushstring(L, full);
+            return 1;
+        }
+        path += len + (colon != NULL);
+    }
+    lua_pushnil(L);
+    return 1;
+}
+
+static int l_read_file(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fail_errno(L, path);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (;;) {
+        char *p = luaL_prepbuffer(&b);
+        ssize_t n = read(fd, p, LUAL_BUFFERSIZE);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int e = errno;
+            close(fd);
+            errno = e;
+            return fail_errno(L, path);
+        }
+        if (n == 0)
+            break;
+        luaL_addsize(&b, (size_t)n);
+    }
+    close(fd);
+    luaL_pushresult(&b);
+    return 1;
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Writes to a temporary file beside the target, syncs it, then renames it into place, so a
+ * reader sees the old content or the new, never half of it. */
+static int l_write_file(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    size_t len;
+    const char *data = luaL_checklstring(L, 2, &len);
+    mode_t mode = (mode_t)luaL_optinteger(L, 3, 0644);
+    const char *tmp = lua_pushfstring(L, "%s.tmp.XXXXXX", path);
+    char *tmpl = strdup(tmp);
+    if (tmpl == NULL)
+        return luaL_error(L, "out of memory");
+    int fd = mkostemp(tmpl, O_CLOEXEC);
+    if (fd < 0) {
+        free(tmpl);
+        return fail_errno(L, path);
+    }
+    int ok = write_all(fd, data, len) == 0 && fchmod(fd, mode) == 0 && fsync(fd) == 0;
+    int e = errno;
+    ok = (close(fd) == 0) && ok;
+    if (ok && rename(tmpl, path) != 0) {
+        e = errno;
+        ok = 0;
+    }
+    if (!ok)
+        unlink(tmpl);
+    free(tmpl);
+    if (!ok) {
+        errno = e;
+        return fail_errno(L, path);
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int mkdir_p(char *path, mode_t mode)
+{
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        int r = mkdir(path, mode);
+        *p = '/';
+        if (r != 0 && errno != EEXIST)
+            return -1;
+    }
+    return (mkdir(path, mode) != 0 && errno != EEXIST) ? -1 : 0;
+}
+
+static int l_mkdir_p(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    mode_t mode = (mode_t)luaL_optinteger(L, 2, 0755);
+    char *copy = strdup(path);
+    if (copy == NULL)
+        return luaL_error(L, "out of memory");
+    int r = mkdir_p(copy, mode);
+    free(copy);
+    if (r != 0)
+        return fail_errno(L, path);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int l_list_dir(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return fail_errno(L, path);
+    lua_newtable(L);
+    lua_Integer i = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
+            continue;
+        lua_pushstring(L, ent->d_name);
+        lua_rawseti(L, -2, ++i);
+    }
+    closedir(d);
+    return 1;
+}
+
+static const char *file_type(mode_t m)
+{
+    return S_ISREG(m) ? "file" : S_ISDIR(m) ? "dir" : S_ISLNK(m) ? "link" : "other";
+}
+
+static int l_stat(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return fail_errno(L, path);
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, file_type(st.st_mode));
+    lua_setfield(L, -2, "type");
+    lua_pushinteger(L, (lua_Integer)st.st_size);
+    lua_setfield(L, -2, "size");
+    lua_pushnumber(L, (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec / 1e9);
+    lua_setfield(L, -2, "mtime");
+    lua_pushinteger(L, st.st_mode & 07777);
+    lua_setfield(L, -2, "mode");
+    return 1;
+}
+
+static int remove_tree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode))
+        return unlink(path);
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return -1;
+    struct dirent *ent;
+    int r = 0;
+    while (r == 0 && (ent = readdir(d)) != NULL) {
+        if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
+            continue;
+        char *child = malloc(strlen(path) + strlen(ent->d_name) + 2);
+        if (child == NULL) {
+            r = -1;
+            break;
+        }
+        sprintf(child, "%s/%s", path, ent->d_name);
+        r = remove_tree(child);
+        free(child);
+    }
+    closedir(d);
+    return r == 0 ? rmdir(path) : r;
+}
+
+static int l_remove(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    int r = lua_toboolean(L, 2) ? remove_tree(path) : remove(path);
+    if (r != 0)
+        return fail_errno(L, path);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int l_mkdtemp(lua_State *L)
+{
+    const char *prefix = luaL_optstring(L, 1, "rlm");
+    const char *base = getenv("TMPDIR");
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s.XXXXXX", base && *base ? base : "/tmp", prefix);
+    if (mkdtemp(path) == NULL)
+        return fail_errno(L, path);
+    lua_pushstring(L, path);
+    return 1;
+}
+
+static int l_realpath(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    char out[PATH_MAX];
+    if (realpath(path, out) == NULL)
+        return fail_errno(L, path);
+    lua_pushstring(L, out);
+    return 1;
+}
+
+static const struct {
+    const char *name;
+    int signo;
+} signal_names[] = {{"TERM", SIGTERM}, {"KILL", SIGKILL}, {"INT", SIGINT},
+                    {"HUP", SIGHUP},   {"STOP", SIGSTOP}, {"CONT", SIGCONT}, {NULL, 0}};
+
+static int check_signal(lua_State *L, int arg)
+{
+    if (lua_isnoneornil(L, arg))
+        return SIGTERM;
+    if (lua_type(L, arg) == LUA_TNUMBER)
+        return (int)luaL_checkinteger(L, arg);
+    const char *name = luaL_checkstring(L, arg);
+    if (strncmp(name, "SIG", 3) == 0)
+        name += 3;
+    for (int i = 0; signal_names[i].name; i++)
+        if (strcmp(signal_names[i].name, name) == 0)
+            return signal_names[i].signo;
+    return luaL_argerror(L, arg, "unknown signal (use TERM, KILL, INT, HUP, STOP, CONT or a number)");
+}
+
+static int l_kill(lua_State *L)
+{
+    pid_t pid = (pid_t)luaL_checkinteger(L, 1);
+    if (kill(pid, check_signal(L, 2)) != 0)
+        return fail_errno(L, "kill");
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* ---------- processes ---------- */
+
+enum { OUT, ERR };
+
+struct process {
+    loop *lp;
+    pid_t pid;
+    int pidfd, in_fd, fds[2];
+    struct buf in, out[2];
+    int eof[2], exited, wstatus;
+    lua_Integer id;
+};
+
+static struct process *check_process(lua_State *L, int arg)
+{
+    return luaL_checkudata(L, arg, PROCESS);
+}
+
+static void close_fd(struct process *p, int *fd)
+{
+    if (*fd >= 0) {
+        loop_unwatch(p->lp, *fd);
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+static void on_output(void *ud, int fd, short revents)
+{
+    struct process *p = ud;
+    int which = (fd == p->fds[OUT]) ? OUT : ERR;
+    char chunk[65536];
+    for (;;) {
+        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n > 0) {
+            buf_add(&p->out[which], chunk, (size_t)n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+            p->eof[which] = 1;
+            close_fd(p, &p->fds[which]);
+        }
+        break;
+    }
+    loop_ready(p->lp, p->id);
+}
+
+static void reap(struct process *p, int options)
+{
+    if (p->exited || p->pid <= 0)
+        return;
+    int st;
+    pid_t r;
+    do
+        r = waitpid(p->pid, &st, options);
+    while (r < 0 && errno == EINTR);
+    if (r == p->pid || (r < 0 && errno == ECHILD)) {
+        p->exited = 1;
+        p->wstatus = r == p->pid ? st : 0;
+        close_fd(p, &p->pidfd);
+    }
+}
+
+static void on_exit_fd(void *ud, int fd, short revents)
+{
+    struct process *p = ud;
+    reap(p, WNOHANG);
+    loop_ready(p->lp, p->id);
+}
+
+static void flush_input(struct process *p);
+
+static void on_writable(void *ud, int fd, short revents)
+{
+    flush_input(ud);
+}
+
+/* Writes what the pipe takes now; the rest waits for POLLOUT. */
+static void flush_input(struct process *p)
+{
+    while (p->in.len > 0 && p->in_fd >= 0) {
+        ssize_t w = write(p->in_fd, p->in.data, p->in.len);
+        if (w > 0) {
+            buf_consume(&p->in, (size_t)w);
+        } else if (w < 0 && errno == EINTR) {
+            continue;
+        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            loop_watch(p->lp, p->in_fd, POLLOUT, on_writable, p);
+            return;
+        } else {                  /* EPIPE: the child closed its stdin or died */
+            buf_clear(&p->in);
+            close_fd(p, &p->in_fd);
+            loop_ready(p->lp, p->id);
+            return;
+        }
+    }
+    if (p->in_fd >= 0)
+        loop_unwatch(p->lp, p->in_fd);
+    loop_ready(p->lp, p->id);
+}
+
+static void process_release(struct process *p)
+{
+    if (p->pid > 0 && !p->exited) {
+        kill(-p->pid, SIGKILL);       /* the whole group: bwrap and what runs inside it */
+        kill(p->pid, SIGKILL);
+        reap(p, 0);
+    }
+    close_fd(p, &p->in_fd);
+    close_fd(p, &p->fds[OUT]);
+    close_fd(p, &p->fds[ERR]);
+    close_fd(p, &p->pidfd);
+    buf_free(&p->in);
+    buf_free(&p->out[OUT]);
+    buf_free(&p->out[ERR]);
+}
+
+static int process_gc(lua_State *L)
+{
+    process_release(check_process(L, 1));
+    return 0;
+}
+
+/* How a child's stream is wired: "pipe", "inherit", "null" (and "stdout" for stderr). */
+static const char *stream_mode(lua_State *L, int opts, const char *field, const char *dflt)
+{
+    lua_getfield(L, opts, field);
+    const char *m = luaL_optstring(L, -1, dflt);
+    lua_pop(L, 1);
+    if (lua_type(L, opts) == LUA_TTABLE && strcmp(m, "pipe") && strcmp(m, "inherit") &&
+        strcmp(m, "null") && strcmp(m, "stdout"))
+        luaL_error(L, "spawn: %s must be \"pipe\", \"inherit\" or \"null\"", field);
+    return m;
+}
+
+/* Builds a NULL-terminated string vector from a table; [-0, +1] (a userdata owning it). */
+static char **string_vector(lua_State *L, int tbl, int is_env)
+{
+    size_t n = 0;
+    if (is_env) {
+        lua_pushnil(L);
+        while (lua_next(L, tbl)) {
+            n++;
+            lua_pop(L, 1);
+        }
+    } else {
+        n = (size_t)luaL_len(L, tbl);
+    }
+    char **v = lua_newuserdatauv(L, (n + 1) * sizeof *v, 1);
+    lua_newtable(L);                 /* uservalue: keeps the strings alive */
+    size_t i = 0;
+    if (is_env) {
+        lua_pushnil(L);
+        while (lua_next(L, tbl)) {
+            if (lua_type(L, -2) != LUA_TSTRING || !lua_isstring(L, -1))
+                luaL_error(L, "spawn: env must map names to strings");
+            lua_pushfstring(L, "%s=%s", lua_tostring(L, -2), lua_tostring(L, -1));
+            v[i] = (char *)lua_tostring(L, -1);
+            lua_rawseti(L, -4, (lua_Integer)++i);
+            lua_pop(L, 1);
+        }
+    } else {
+        for (i = 0; i < n; i++) {
+            lua_rawgeti(L, tbl, (lua_Integer)i + 1);
+            if (!lua_isstring(L, -1))
+                luaL_error(L, "spawn: argv[%d] must be a string", (int)i + 1);
+            v[i] = (char *)lua_tostring(L, -1);
+            lua_rawseti(L, -2, (lua_Integer)i + 1);
+        }
+    }
+    v[n] = NULL;
+    lua_setiuservalue(L, -2, 1);
+    return v;
+}
+
+static int open_null(int flags)
+{
+    return open("/dev/null", flags | O_CLOEXEC);
+}
+
+/* In the child: wire stdio, own process group, cwd, exec. Reports errno on status_fd. */
+static void child_exec(char **argv, char **envp, const char *cwd, int in, int out, int err, int status_fd)
+{
+    setpgid(0, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    if (in >= 0)
+        dup2(in, 0);
+    if (out >= 0)
+        dup2(out, 1);
+    if (err == -2)
+        dup2(1, 2);
+    else if (err >= 0)
+        dup2(err, 2);
+    if (cwd && chdir(cwd) != 0) {
+        int e = errno;
+        ssize_t r = write(status_fd, &e, sizeof e);
+        (void)r;
+        _exit(127);
+    }
+    if (envp)
+        environ = envp;
+    execvp(argv[0], argv);
+    int e = errno;
+    ssize_t r = write(status_fd, &e, sizeof e);
+    (void)r;
+    _exit(127);
+}
+
+static int set_nonblock(int fd)
+{
+    return fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+static int l_spawn(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    if (lua_getfield(L, 1, "argv") != LUA_TTABLE || luaL_len(L, -1) < 1)
+        return luaL_error(L, "spawn: argv must be a non-empty list of strings");
+    char **argv = string_vector(L, lua_absindex(L, -1), 0);     // [.., argv, argvud]
+    char **envp = NULL;
+    if (lua_getfield(L, 1, "env") == LUA_TTABLE)
+        envp = string_vector(L, lua_absindex(L, -1), 1);
+    else
+        lua_pushnil(L);                                         // [.., argv, argvud, env, envud]
+    lua_getfield(L, 1, "cwd");
+    const char *cwd = lua_tostring(L, -1);
+    const char *in_mode = stream_mode(L, 1, "stdin", "pipe");
+    const char *out_mode = stream_mode(L, 1, "stdout", "pipe");
+    const char *err_mode = stream_mode(L, 1, "stderr", "pipe");
+
+    loop *lp = loop_get(L);
+    struct process *p = lua_newuserdatauv(L, sizeof *p, 0);
+    memset(p, 0, sizeof *p);
+    p->lp = lp;
+    p->pidfd = p->in_fd = p->fds[OUT] = p->fds[ERR] = -1;
+    p->id = loop_new_id(lp);
+    luaL_setmetatable(L, PROCESS);
+
+    /* child ends: [0] stdin, [1] stdout, [2] stderr; -1 inherit, -2 stderr to stdout */
+    int child[3] = {-1, -1, -1}, status[2] = {-1, -1}, pipes_ok = 1;
+    int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1};
+    if (strcmp(in_mode, "pipe") == 0) {
+        pipes_ok &= pipe2(pin, O_CLOEXEC) == 0;
+        child[0] = pin[0];
+    } else if (strcmp(in_mode, "null") == 0) {
+        child[0] = open_null(O_RDONLY);
+    }
+    if (strcmp(out_mode, "pipe") == 0) {
+        pipes_ok &= pipe2(pout, O_CLOEXEC) == 0;
+        child[1] = pout[1];
+    } else if (strcmp(out_mode, "null") == 0) {
+        child[1] = open_null(O_WRONLY);
+    }
+    if (strcmp(err_mode, "pipe") == 0) {
+        pipes_ok &= pipe2(perr, O_CLOEXEC) == 0;
+        child[2] = perr[1];
+    } else if (strcmp(err_mode, "null") == 0) {
+        child[2] = open_null(O_WRONLY);
+    } else if (strcmp(err_mode, "stdout") == 0) {
+        child[2] = -2;
+    }
+    pipes_ok &= pipe2(status, O_CLOEXEC) == 0;
+    pid_t pid = pipes_ok ? fork() : -1;
+    if (pid == 0)
+        child_exec(argv, envp, cwd, child[0], child[1], child[2], status[1]);
+    int fork_errno = errno;
+    for (int i = 0; i < 3; i++)
+        if (child[i] >= 0)
+            close(child[i]);
+    if (status[1] >= 0)
+        close(status[1]);
+    int exec_errno = 0;
+    if (pid > 0) {
+        ssize_t r;
+        do
+            r = read(status[0], &exec_errno, sizeof exec_errno);
+        while (r < 0 && errno == EINTR);
+        if (r != (ssize_t)sizeof exec_errno)
+            exec_errno = 0;
+    }
+    if (status[0] >= 0)
+        close(status[0]);
+    p->pid = pid;
+    p->in_fd = pin[1];
+    p->fds[OUT] = pout[0];
+    p->fds[ERR] = perr[0];
+    if (pid < 0 || exec_errno) {
+        if (pid > 0)
+            reap(p, 0);
+        p->pid = 0;
+        process_release(p);
+        errno = pid < 0 ? fork_errno : exec_errno;
+        return fail_errno(L, lua_pushfstring(L, "cannot run '%s'", argv[0]));
+    }
+    long pidfd = syscall(SYS_pidfd_open, pid, 0);
+    p->pidfd = (int)pidfd;
+    if (p->pidfd >= 0) {
+        fcntl(p->pidfd, F_SETFD, FD_CLOEXEC);
+        loop_watch(lp, p->pidfd, POLLIN, on_exit_fd, p);
+    }
+    for (int i = OUT; i <= ERR; i++)
+        if (p->fds[i] >= 0) {
+            set_nonblock(p->fds[i]);
+            loop_watch(lp, p->fds[i], POLLIN, on_output, p);
+        }
+    if (p->in_fd >= 0)
+        set_nonblock(p->in_fd);
+    return 1;
+}
+
+static int p_id(lua_State *L)
+{
+    lua_pushinteger(L, check_process(L, 1)->id);
+    return 1;
+}
+
+static int p_pid(lua_State *L)
+{
+    lua_pushinteger(L, check_process(L, 1)->pid);
+    return 1;
+}
+
+static int p_write(lua_State *L)
+{
+    struct process *p = check_process(L, 1);
+    size_t len;
+    const char *data = luaL_checklstring(L, 2, &len);
+    if (p->in_fd < 0) {
+        luaL_pushfail(L);
+        lua_pushliteral(L, "the process's stdin is closed");
+        return 2;
+    }
+    if (buf_add(&p->in, data, len) != 0)
+        return luaL_error(L, "out of memory");
+    flush_input(p);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int p_pending_input(lua_State *L)
+{
+    lua_pushinteger(L, (lua_Integer)check_process(L, 1)->in.len);
+    return 1;
+}
+
+static int p_close_stdin(lua_State *L)
+{
+    struct process *p = check_process(L, 1);
+    buf_clear(&p->in);
+    close_fd(p, &p->in_fd);
+    return 0;
+}
+
+static int stream_arg(lua_State *L, int arg)
+{
+    static const char *const names[] = {"stdout", "stderr", NULL};
+    return luaL_checkoption(L, arg, "stdout", names);
+}
+
+static int p_read(lua_State *L)
+{
+    struct process *p = check_process(L, 1);
+    struct buf *b = &p->out[stream_arg(L, 2)];
+    lua_pushlstring(L, b->data ? b->data : "", b->len);
+    buf_clear(b);
+    return 1;
+}
+
+/* The next complete line of stdout, without its newline; nil if none is buffered yet. */
+static int p_line(lua_State *L)
+{
+    struct process *p = check_process(L, 1);
+    struct buf *b = &p->out[OUT];
+    char *nl = b->len ? memchr(b->data, '\n', b->len) : NULL;
+    if (nl == NULL)
+        return 0;
+    size_t n = (size_t)(nl - b->data);
+    lua_pushlstring(L, b->data, n);
+    buf_consume(b, n + 1);
+    return 1;
+}
+
+static int p_eof(lua_State *L)
+{
+    struct process *p = check_process(L, 1);
+    lua_pushboolean(L, p->eof[stream_arg(L, 2)] || p->fds[stream_arg(L, 2)] < 0);
+    return 1;
+}
+
+/* nil while running; "exit", code or "signal", signo once it has ended. */
+static int p_status(lua_State *L)
+{
+    struct process *p = check_process(L, 1);
+    if (!p->exited && p->pidfd < 0)
+        reap(p, WNOHANG);        /* no pidfd (old kernel): poll */
+    if (!p->exited)
+        return 0;
+    if (WIFSIGNALED(p->wstatus)) {
+        lua_pushliteral(L, "signal");
+        lua_pushinteger(L, WTERMSIG(p->wstatus));
+    } else {
+        lua_pushliteral(L, "exit");
+        lua_pushinteger(L, WEXITSTATUS(p->wstatus));
+    }
+    return 2;
+}
+
+static int p_kill(lua_State *L)
+{
+    struct process *p = check_process(L, 1);
+    int sig = check_signal(L, 2);
+    if (p->pid > 0 && !p->exited) {
+        if (kill(-p->pid, sig) != 0)
+            kill(p->pid, sig);
+    }
+    return 0;
+}
+
+static int p_close(lua_State *L)
+{
+    process_release(check_process(L, 1));
+    return 0;
+}
+
+static const luaL_Reg sys_funcs[] = {
+    {"now", l_now},           {"time", l_time},       {"getpid", l_getpid},
+    {"getenv", l_getenv},     {"setenv", l_setenv},   {"environ", l_environ},
+    {"isatty", l_isatty},     {"which", l_which},     {"read_file", l_read_file},
+    {"write_file", l_write_file}, {"mkdir_p", l_mkdir_p}, {"list_dir", l_list_dir},
+    {"stat", l_stat},         {"remove", l_remove},   {"mkdtemp", l_mkdtemp},
+    {"realpath", l_realpath}, {"kill", l_kill},       {"spawn", l_spawn},
+    {NULL, NULL}};
+
+static const luaL_Reg process_methods[] = {
+    {"id", p_id},           {"pid", p_pid},     {"write", p_write},
+    {"pending_input", p_pending_input},         {"close_stdin", p_close_stdin},
+    {"read", p_read},       {"line", p_line},   {"eof", p_eof},
+    {"status", p_status},   {"kill", p_kill},   {"close", p_close},
+    {NULL, NULL}};
+
+static const luaL_Reg process_metamethods[] = {
+    {"__gc", process_gc}, {"__close", process_gc}, {"__index", NULL}, {NULL, NULL}};
+
+int luaopen_rlm_core_sys(lua_State *L)
+{
+    loop_get(L);
+    luaL_newmetatable(L, PROCESS);
+    luaL_setfuncs(L, process_metamethods, 0);
+    luaL_newlibtable(L, process_methods);
+    luaL_setfuncs(L, process_methods, 0);
+    lua_setfield(L, -2, "__index");
+    lua_pop(L, 1);
+    luaL_newlib(L, sys_funcs);
+    return 1;
+}

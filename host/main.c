@@ -1,0 +1,52 @@
+/* main.c — `rlm`: creates the state and hands argv to the Lua CLI (lua/rlm/cli.lua).
+ * Like lua.c, everything that can fail runs inside a protected call; main only reports. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include "host.h"
+
+/* Calls require("rlm.cli").main(argv) and leaves its exit status on the stack. */
+static int pmain(lua_State *L)
+{
+    int argc = (int)lua_tointeger(L, 1);
+    char **argv = (char **)lua_touserdata(L, 2);
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "rlm.cli");
+    lua_call(L, 1, 1);                              // [cli]
+    lua_getfield(L, -1, "main");                    // [cli, main]
+    lua_createtable(L, argc, 1);                    // [cli, main, args]
+    lua_pushstring(L, argv[0]);
+    lua_rawseti(L, -2, 0);
+    for (int i = 1; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i);
+    }
+    lua_call(L, 1, 1);                              // [cli, status]
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    lua_State *L = host_newstate();
+    if (L == NULL) {
+        fprintf(stderr, "rlm: cannot create the Lua state (out of memory?)\n");
+        return EXIT_FAILURE;
+    }
+    host_install_signals(L);
+    lua_pushcfunction(L, pmain);
+    lua_pushinteger(L, argc);
+    lua_pushlightuserdata(L, argv);
+    int status = host_pcall(L, 2, 1);
+    int code = EXIT_FAILURE;
+    if (status == LUA_OK)
+        code = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : EXIT_SUCCESS;
+    else
+        host_report(L, status);
+    lua_close(L);                                   /* runs __gc: children killed, handles freed */
+    if (host_signal)
+        code = 128 + (host_signal < 0 ? -host_signal : host_signal);
+    return code;
+}

@@ -1,0 +1,206 @@
+--- Coroutine scheduler over the host's one event loop (rlm.core.loop).
+--
+-- Anything that waits (an HTTP transfer, a child's pipe, a timer, another task) is an op id
+-- that the C side marks ready. `await(id)` suspends the calling task until its id is ready;
+-- called outside a task (the main program), it drives the loop itself, resuming every task
+-- whose op completes meanwhile. So blocking-style code works anywhere, and code running in
+-- tasks runs side by side: sandboxes, model calls and child runs all share one thread.
+local loop = require "rlm.core.loop"
+
+local M = {}
+
+local AWAIT = {}          -- yield marker, so tasks never mistake a user's coroutine.yield
+local tasks = setmetatable({}, {__mode = "k"})   -- coroutine -> task
+local waiting = {}        -- op id -> waiter (task, or a table {fired=} for the main driver)
+local pending = {}        -- op id -> true: ready before anyone waited on it
+local runnable = {}       -- queue of {task, value}
+
+local Task = {}
+Task.__index = Task
+
+local function dispatch(id)
+  local w = waiting[id]
+  if w == nil then
+    pending[id] = true
+  elseif w.co then
+    waiting[id] = nil
+    runnable[#runnable + 1] = {w, id}
+  else
+    w.fired = w.fired or id
+  end
+end
+
+-- Resumes a task; a task that fails keeps its error (with the task's traceback) for join().
+local function resume(task, value)
+  local co = task.co
+  local ok, marker = coroutine.resume(co, value)
+  if not ok then
+    task.done = true
+    task.err = type(marker) == "string" and debug.traceback(co, marker) or marker
+    loop.ready(task.id)
+  elseif coroutine.status(co) ~= "dead" and marker ~= AWAIT then
+    task.done = true
+    task.err = "a task yielded outside rlm.async.await (use coroutine.wrap for generators)"
+    loop.ready(task.id)
+  end
+end
+
+local function run_runnable()
+  while #runnable > 0 do
+    local item = table.remove(runnable, 1)
+    resume(item[1], item[2])
+  end
+end
+
+--- Runs fn(...) as a task; returns the task handle (see `join`).
+function M.spawn(fn, ...)
+  local args = table.pack(...)
+  local task = setmetatable({id = loop.new_id()}, Task)
+  task.co = coroutine.create(function()
+    local res = table.pack(fn(table.unpack(args, 1, args.n)))
+    task.done = true
+    task.results = res
+    loop.ready(task.id)
+  end)
+  tasks[task.co] = task
+  runnable[#runnable + 1] = {task}
+  return task
+end
+
+--- The task running now, or nil in the main program.
+function M.current()
+  return tasks[coroutine.running()]
+end
+
+--- Waits until op `id` is ready. With `timeout` (seconds) returns nil, "timeout" if it passes
+-- first; otherwise returns true.
+function M.await(id, timeout)
+  if pending[id] then
+    pending[id] = nil
+    return true
+  end
+  local timer = timeout and loop.timer(timeout)
+  local task = M.current()
+  local got
+  if task then
+    waiting[id] = task
+    if timer then waiting[timer] = task end
+    repeat
+      got = coroutine.yield(AWAIT)
+    until got == id or got == timer
+    waiting[id] = nil
+  else
+    local w = {}
+    waiting[id] = w
+    if timer then waiting[timer] = w end
+    local ok, err = pcall(function()
+      while not w.fired do
+        run_runnable()
+        if w.fired then break end
+        for _, ready in ipairs(loop.poll(1.0)) do dispatch(ready) end
+      end
+    end)
+    if waiting[id] == w then waiting[id] = nil end
+    if not ok then
+      if timer then waiting[timer] = nil; loop.cancel(timer) end
+      error(err, 0)
+    end
+    got = w.fired
+  end
+  if timer then
+    waiting[timer] = nil
+    loop.cancel(timer)
+  end
+  if got == timer and got ~= id then
+    return nil, "timeout"
+  end
+  return true
+end
+
+--- Forgets a readiness nobody will wait for (an op that ended while unobserved).
+function M.forget(id)
+  pending[id] = nil
+end
+
+--- Sleeps without blocking other tasks.
+function M.sleep(seconds)
+  M.await(loop.timer(math.max(0, seconds)))
+end
+
+--- Waits for a task; returns its results, or raises its error.
+function Task:join(timeout)
+  if not self.done then
+    local ok, why = M.await(self.id, timeout)
+    if not ok then return nil, why end
+  end
+  M.forget(self.id)
+  if self.err ~= nil then error(self.err, 0) end
+  return table.unpack(self.results, 1, self.results.n)
+end
+
+--- Like join, but returns ok, results... / false, err instead of raising.
+function Task:result()
+  if not self.done then M.await(self.id) end
+  M.forget(self.id)
+  if self.err ~= nil then return false, self.err end
+  return true, table.unpack(self.results, 1, self.results.n)
+end
+
+--- A counting semaphore for concurrency caps.
+function M.semaphore(n)
+  local s = {free = n, queue = {}}
+  function s.acquire()
+    if s.free > 0 then
+      s.free = s.free - 1
+      return
+    end
+    local id = loop.new_id()
+    s.queue[#s.queue + 1] = id
+    M.await(id)
+  end
+  function s.release()
+    local id = table.remove(s.queue, 1)
+    if id then loop.ready(id) else s.free = s.free + 1 end
+  end
+  return s
+end
+
+--- Calls fn(item, i) for every item with at most `concurrency` at once; returns the results
+-- in input order. Each slot holds {ok=true, value} or {ok=false, err=msg}; nothing is lost
+-- when one item fails.
+function M.map(items, fn, concurrency)
+  local sem = M.semaphore(concurrency or #items)
+  local spawned = {}
+  for i, item in ipairs(items) do
+    spawned[i] = M.spawn(function()
+      sem.acquire()
+      local res = table.pack(pcall(fn, item, i))
+      sem.release()
+      return res
+    end)
+  end
+  local out = {}
+  for i, task in ipairs(spawned) do
+    local res = task:join()
+    if res[1] then
+      out[i] = {ok = true, table.unpack(res, 2, res.n)}
+    else
+      out[i] = {ok = false, err = res[2]}
+    end
+  end
+  return out
+end
+
+--- Runs every function as a task and returns each one's first result in order; raises the
+-- first error after all have finished.
+function M.all(fns)
+  local slots = M.map(fns, function(fn) return fn() end)
+  local out = {}
+  for i, s in ipairs(slots) do
+    if not s.ok then error(s.err, 0) end
+    out[i] = s[1]
+  end
+  return out
+end
+
+return M

@@ -1,0 +1,142 @@
+--- The `rlm` command line. main(args) returns the exit status.
+local host = require "rlm.core.host"
+
+local M = {}
+
+local USAGE = [[
+usage: rlm COMMAND [ARGS...]
+
+commands:
+  run FILE.lua [ARGS...]   run a Lua script (with an `arg` table, as `lua` does)
+  -e CODE                  run a chunk of Lua
+  version                  print the version
+  help [COMMAND]           this text, or a command's help
+
+Run `rlm COMMAND --help` for a command's options.
+Environment: RLM_LUA_PATH=DIR[:DIR] loads Lua modules from DIR before the embedded ones.]]
+
+local function eprint(...)
+  io.stderr:write(table.concat({...}, ""), "\n")
+end
+
+--- Runs fn(...); returns true and its first result, or prints the error as one message with
+-- a traceback on stderr and returns false.
+local function protected(fn, ...)
+  local ok, err = xpcall(fn, function(e)
+    if type(e) ~= "string" then
+      local mt = getmetatable(e)
+      e = mt and mt.__tostring and tostring(e) or ("(error object is a " .. type(e) .. " value)")
+    end
+    -- The frames below the script (this CLI) are noise to the user: stop at the xpcall.
+    local tb = debug.traceback(e, 2)
+    return (tb:gsub("\n\t%[C%]: in function 'xpcall'.*$", ""))
+  end, ...)
+  if not ok then eprint("rlm: ", err) end
+  return ok, err
+end
+
+local commands = {}
+M.commands = commands
+
+commands.version = {
+  help = "usage: rlm version\n\nPrints the rlm version.",
+  run = function()
+    print("rlm " .. host.version .. " (" .. _VERSION .. ")")
+    return 0
+  end,
+}
+
+commands.help = {
+  help = "usage: rlm help [COMMAND]",
+  run = function(args)
+    local name = args[1]
+    if name and commands[name] then
+      print(commands[name].help)
+    elseif name then
+      eprint("rlm: unknown command '", name, "'\n\n", USAGE)
+      return 2
+    else
+      print(USAGE)
+    end
+    return 0
+  end,
+}
+
+commands.run = {
+  help = [[
+usage: rlm run FILE.lua [ARGS...]
+
+Runs a Lua 5.4 script. `arg[0]` is the script, `arg[1..]` its arguments, and `...` holds them
+too. `require` finds the rlm modules (rlm, rlm.http, rlm.json, rlm.sys, ...). An error prints
+one message with a traceback and exits 1; a script may return an integer exit status.]],
+  run = function(args)
+    local file = args[1]
+    if not file then
+      eprint("rlm run: missing FILE.lua\n\n", commands.run.help)
+      return 2
+    end
+    local chunk, err = loadfile(file, "t")
+    if not chunk then
+      eprint("rlm: ", err)
+      return 1
+    end
+    local script_args = {[0] = file, table.unpack(args, 2)}
+    _G.arg = script_args
+    local ok, status = protected(chunk, table.unpack(args, 2))
+    if not ok then return 1 end
+    return math.type(status) == "integer" and status or 0
+  end,
+}
+
+commands["-e"] = {
+  help = "usage: rlm -e CODE\n\nRuns a chunk of Lua code.",
+  run = function(args)
+    local code = args[1]
+    if not code then
+      eprint("rlm -e: missing CODE")
+      return 2
+    end
+    local chunk, err = load(code, "=(command line)", "t")
+    if not chunk then
+      eprint("rlm: ", err)
+      return 1
+    end
+    _G.arg = {[0] = "-e", table.unpack(args, 2)}
+    local ok, status = protected(chunk, table.unpack(args, 2))
+    if not ok then return 1 end
+    return math.type(status) == "integer" and status or 0
+  end,
+}
+
+--- Registers a command implemented in another module, loaded only when used.
+local function lazy(name, module, help)
+  commands[name] = {
+    help = help,
+    run = function(args) return require(module).main(args) end,
+  }
+end
+M.lazy = lazy
+
+function M.main(argv)
+  local name = argv[1]
+  if name == nil or name == "--help" or name == "-h" then
+    print(USAGE)
+    return name and 0 or 2
+  end
+  if name == "--version" then name = "version" end
+  local cmd = commands[name]
+  if not cmd then
+    eprint("rlm: unknown command '", name, "'\n\n", USAGE)
+    return 2
+  end
+  local rest = table.move(argv, 2, #argv, 1, {})
+  if (rest[1] == "--help" or rest[1] == "-h") and name ~= "-e" then
+    print(cmd.help)
+    return 0
+  end
+  local ok, status = protected(cmd.run, rest)
+  if not ok then return 1 end
+  return math.type(status) == "integer" and status or 0
+end
+
+return M

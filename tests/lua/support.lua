@@ -1,0 +1,102 @@
+--- Helpers for the Lua tests: assertions, stand-in servers, temporary directories.
+local sys = require "rlm.sys"
+
+local T = {}
+
+local function show(v)
+  if type(v) == "string" then return string.format("%q", v) end
+  if math.type(v) == "float" then return string.format("%.17g (float)", v) end
+  return tostring(v)
+end
+
+--- Deep equality; on failure the message names the first differing path.
+local function diff(a, b, path)
+  if type(a) ~= "table" or type(b) ~= "table" then
+    if a == b and math.type(a) == math.type(b) then return nil end
+    return string.format("%s: expected %s, got %s", path, show(b), show(a))
+  end
+  for k, v in pairs(b) do
+    local d = diff(a[k], v, path .. "." .. tostring(k))
+    if d then return d end
+  end
+  for k, v in pairs(a) do
+    if b[k] == nil then return string.format("%s.%s: unexpected %s", path, tostring(k), show(v)) end
+  end
+  return nil
+end
+
+--- eq(actual, expected[, what]): integers and floats are told apart.
+function T.eq(actual, expected, what)
+  local d = diff(actual, expected, what or "value")
+  if d then error(d, 2) end
+end
+
+function T.truthy(v, what)
+  if not v then error((what or "value") .. " should be true, got " .. show(v), 2) end
+  return v
+end
+
+--- Asserts that s contains the plain text needle.
+function T.contains(s, needle, what)
+  if type(s) ~= "string" or not s:find(needle, 1, true) then
+    error(string.format("%s: %s does not contain %q", what or "text", show(s), needle), 2)
+  end
+end
+
+--- Asserts fn raises an error containing needle; returns the message.
+function T.raises(fn, needle)
+  local ok, err = pcall(fn)
+  if ok then error("expected an error containing " .. show(needle), 2) end
+  if needle and not tostring(err):find(needle, 1, true) then
+    error(string.format("error %s does not contain %q", show(tostring(err)), needle), 2)
+  end
+  return err
+end
+
+local SKIP = {}
+function T.skip(reason) error(setmetatable({reason = reason}, SKIP), 0) end
+function T.is_skip(e) return getmetatable(e) == SKIP end
+
+local cleanups = {}
+--- Registers fn to run after the current test, pass or fail.
+function T.defer(fn) cleanups[#cleanups + 1] = fn end
+function T.cleanup()
+  for i = #cleanups, 1, -1 do pcall(cleanups[i]) end
+  cleanups = {}
+end
+
+--- A temporary directory removed after the test.
+function T.tmpdir()
+  local dir = assert(sys.mkdtemp("rlm-test"))
+  T.defer(function() sys.remove(dir, true) end)
+  return dir
+end
+
+--- Starts a stand-in server (argv without --port) and waits for its READY line.
+-- Returns {url = "http://127.0.0.1:P", proc = process}; it is stopped after the test.
+function T.server(argv, timeout)
+  local full = table.move(argv, 1, #argv, 1, {})
+  full[#full + 1] = "--port"
+  full[#full + 1] = "0"
+  local proc = assert(sys.spawn{argv = full, stdin = "null", stderr = "inherit"})
+  T.defer(function() proc:kill("TERM"); sys.wait(proc, 2); proc:close() end)
+  local line, err = sys.read_line(proc, timeout or 10)
+  if not line then error("server " .. argv[1] .. " did not start: " .. tostring(err), 2) end
+  local url = line:match("^READY (http://127%.0%.0%.1:%d+)$")
+  if not url then error("server " .. argv[1] .. " printed " .. show(line) .. " instead of READY", 2) end
+  return {url = url, proc = proc}
+end
+
+--- The rlm binary under test.
+T.rlm = assert(sys.realpath("/proc/self/exe"))
+
+--- Runs the rlm binary with args; returns {code, stdout, stderr}.
+function T.run_rlm(args, opts)
+  opts = opts or {}
+  local argv = {T.rlm, table.unpack(args)}
+  local res = assert(sys.run(argv, {env = opts.env, cwd = opts.cwd, input = opts.input,
+                                    timeout = opts.timeout or 60}))
+  return res
+end
+
+return T

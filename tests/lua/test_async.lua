@@ -1,0 +1,75 @@
+local T = require "support"
+local async = require "rlm.async"
+local sys = require "rlm.sys"
+
+local tests = {}
+
+tests["tasks run side by side and join returns results"] = function()
+  local t0 = sys.now()
+  local a = async.spawn(function(x) async.sleep(0.2); return x * 2, "a" end, 21)
+  local b = async.spawn(function() async.sleep(0.2); return "b" end)
+  local v, tag = a:join()
+  T.eq(v, 42)
+  T.eq(tag, "a")
+  T.eq(b:join(), "b")
+  T.truthy(sys.now() - t0 < 0.35, "two 0.2 s sleeps took " .. (sys.now() - t0))
+end
+
+tests["a task's error is raised by join with its traceback"] = function()
+  local t = async.spawn(function() error("inner failure") end)
+  local err = T.raises(function() t:join() end, "inner failure")
+  T.contains(err, "stack traceback")
+  local ok, e = async.spawn(function() error("x") end):result()
+  T.eq(ok, false)
+  T.contains(e, "x")
+end
+
+tests["await times out"] = function()
+  local t = async.spawn(function() async.sleep(5) end)
+  local t0 = sys.now()
+  local ok, why = t:join(0.1)
+  T.eq(ok, nil)
+  T.eq(why, "timeout")
+  T.truthy(sys.now() - t0 < 0.5)
+end
+
+tests["map keeps order and isolates failures"] = function()
+  local out = async.map({3, 1, 2, "x"}, function(n)
+    async.sleep(0.01 * (tonumber(n) or 0))
+    return n * 10
+  end, 2)
+  T.eq(out[1][1], 30)
+  T.eq(out[2][1], 10)
+  T.eq(out[3][1], 20)
+  T.eq(out[4].ok, false)
+end
+
+tests["user coroutines inside tasks still work"] = function()
+  local t = async.spawn(function()
+    local gen = coroutine.wrap(function() for i = 1, 3 do coroutine.yield(i) end end)
+    local sum = 0
+    for i in gen do sum = sum + i; async.sleep(0.01) end
+    return sum
+  end)
+  T.eq(t:join(), 6)
+end
+
+tests["semaphore caps concurrency"] = function()
+  local sem = async.semaphore(2)
+  local active, peak = 0, 0
+  local tasks = {}
+  for i = 1, 6 do
+    tasks[i] = async.spawn(function()
+      sem.acquire()
+      active = active + 1
+      peak = math.max(peak, active)
+      async.sleep(0.02)
+      active = active - 1
+      sem.release()
+    end)
+  end
+  for _, t in ipairs(tasks) do t:join() end
+  T.eq(peak, 2)
+end
+
+return tests

@@ -1,0 +1,81 @@
+local T = require "support"
+local sys = require "rlm.sys"
+
+local tests = {}
+
+tests["-e runs code and cjson is built in"] = function()
+  local r = T.run_rlm{"-e", 'print(require("cjson").encode({a=1}))'}
+  T.eq(r.code, 0)
+  T.eq(r.stdout, '{"a":1}\n')
+end
+
+tests["a script error prints one message with a traceback and exits 1"] = function()
+  local dir = T.tmpdir()
+  assert(sys.write_file(dir .. "/bad.lua", "local function f()\n  error('broken here')\nend\nf()\n"))
+  local r = T.run_rlm{"run", dir .. "/bad.lua"}
+  T.eq(r.code, 1)
+  T.contains(r.stderr, "rlm: " .. dir .. "/bad.lua:2: broken here")
+  T.contains(r.stderr, "stack traceback:")
+  T.contains(r.stderr, "bad.lua:4: in main chunk")
+  T.eq(r.stdout, "")
+end
+
+tests["run passes arg and ... like lua, and an integer result is the exit status"] = function()
+  local dir = T.tmpdir()
+  assert(sys.write_file(dir .. "/args.lua",
+    "local a, b = ...\nprint(arg[0]:match('args.lua$'), arg[1], arg[2], a, b, #arg)\nreturn 5\n"))
+  local r = T.run_rlm{"run", dir .. "/args.lua", "x", "y"}
+  T.eq(r.stdout, "args.lua\tx\ty\tx\ty\t2\n")
+  T.eq(r.code, 5)
+end
+
+tests["unknown commands and missing arguments say what is valid"] = function()
+  local r = T.run_rlm{"frobnicate"}
+  T.eq(r.code, 2)
+  T.contains(r.stderr, "unknown command 'frobnicate'")
+  T.contains(r.stderr, "commands:")
+  r = T.run_rlm{"run"}
+  T.eq(r.code, 2)
+  T.contains(r.stderr, "missing FILE.lua")
+  r = T.run_rlm{"run", "/no/such/file.lua"}
+  T.eq(r.code, 1)
+  T.contains(r.stderr, "cannot open /no/such/file.lua")
+end
+
+tests["help, --help and version"] = function()
+  local r = T.run_rlm{"help"}
+  T.eq(r.code, 0)
+  T.contains(r.stdout, "usage: rlm COMMAND")
+  r = T.run_rlm{"run", "--help"}
+  T.contains(r.stdout, "usage: rlm run FILE.lua")
+  r = T.run_rlm{"version"}
+  T.contains(r.stdout, "rlm ")
+end
+
+tests["installed binary works from any directory; RLM_LUA_PATH overrides a module"] = function()
+  local dir = T.tmpdir()
+  local r = assert(sys.run({"make", "-s", "install", "PREFIX=" .. dir}))
+  T.eq(r.code, 0, "make install: " .. r.stderr)
+  local bin = dir .. "/bin/rlm"
+  r = assert(sys.run({bin, "-e", "print(require('rlm.async') ~= nil, package.path)"}, {cwd = "/"}))
+  T.eq(r.stdout, "true\t\n")
+  assert(sys.mkdir_p(dir .. "/mods/rlm"))
+  assert(sys.write_file(dir .. "/mods/rlm/greeting.lua", "return 'overridden'"))
+  r = assert(sys.run({bin, "-e", "print((require('rlm.greeting')))"},
+                     {cwd = "/", env = {RLM_LUA_PATH = dir .. "/mods", PATH = sys.getenv("PATH")}}))
+  T.eq(r.stdout, "overridden\n")
+end
+
+tests["SIGINT interrupts a running script with exit status 130"] = function()
+  local proc = assert(sys.spawn{argv = {T.rlm, "-e", "print('started') io.stdout:flush() require('rlm.sys').sleep(30)"},
+                                stdin = "null"})
+  T.eq(sys.read_line(proc, 5), "started")
+  proc:kill("INT")
+  local how, code = sys.wait(proc, 5)
+  T.eq(how, "exit")
+  T.eq(code, 130)
+  T.contains(proc:read("stderr"), "interrupted (SIGINT)")
+  proc:close()
+end
+
+return tests
