@@ -9,6 +9,10 @@ usage: rlm COMMAND [ARGS...]
 commands:
   run FILE.lua [ARGS...]   run a Lua script (with an `arg` table, as `lua` does)
   -e CODE                  run a chunk of Lua
+  ask "TASK"               run the RLM loop on a task (--context FILE, --model M, ...)
+  trace FILE.jsonl         summarise a trajectory, or render it (--html OUT.html)
+  skill list|show|NAME     the bundled recipes (and yours, from RLM_SKILLS_PATH)
+  exec CODE|-              run one block of Python in a fresh sandbox (--backend, --volume, --json)
   version                  print the version
   help [COMMAND]           this text, or a command's help
 
@@ -51,7 +55,7 @@ commands.help = {
   run = function(args)
     local name = args[1]
     if name and commands[name] then
-      print(commands[name].help)
+      print(tostring(commands[name].help))
     elseif name then
       eprint("rlm: unknown command '", name, "'\n\n", USAGE)
       return 2
@@ -108,6 +112,11 @@ commands["-e"] = {
   end,
 }
 
+--- The help text of a command module, read only when asked for.
+local function require_help(module)
+  return setmetatable({}, {__tostring = function() return require(module).help end})
+end
+
 --- Registers a command implemented in another module, loaded only when used.
 local function lazy(name, module, help)
   commands[name] = {
@@ -116,6 +125,11 @@ local function lazy(name, module, help)
   }
 end
 M.lazy = lazy
+
+lazy("ask", "rlm.cmd.ask", require_help("rlm.cmd.ask"))
+lazy("trace", "rlm.cmd.trace", require_help("rlm.cmd.trace"))
+lazy("skill", "rlm.cmd.skill", require_help("rlm.cmd.skill"))
+lazy("exec", "rlm.cmd.exec", require_help("rlm.cmd.exec"))
 
 function M.main(argv)
   local name = argv[1]
@@ -131,12 +145,16 @@ function M.main(argv)
   end
   local rest = table.move(argv, 2, #argv, 1, {})
   if (rest[1] == "--help" or rest[1] == "-h") and name ~= "-e" then
-    print(cmd.help)
+    print(tostring(cmd.help))
     return 0
   end
   local ok, status = protected(cmd.run, rest)
-  if not ok then return 1 end
-  return math.type(status) == "integer" and status or 0
+  status = not ok and 1 or math.type(status) == "integer" and status or 0
+  -- An error or an interrupt (`run` reports its script's as status 1) may leave sandboxes
+  -- behind: end them all here, through the one registry.
+  local registry = package.loaded["rlm.registry"]
+  if status ~= 0 and registry then registry.cleanup_all() end
+  return status
 end
 
 return M

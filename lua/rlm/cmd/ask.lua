@@ -1,0 +1,70 @@
+--- `rlm ask "TASK"`: one RLM run from the command line.
+local args = require "rlm.args"
+local json = require "rlm.json"
+local sys = require "rlm.sys"
+
+local M = {}
+
+M.help = [[
+usage: rlm ask "TASK" [--context FILE|-] [--model M] [--sub-model M] [--backend local|daytona]
+                      [--outputs a,b] [--json] [--trace FILE.jsonl] [--max-iterations N]
+                      [--max-llm-calls N] [--max-depth N] [--max-cost USD] [--max-time S]
+
+Runs the RLM loop: the model explores the context in a sandbox by writing Python, until its
+code calls SUBMIT. Prints the answer (or, with --json, every output field and the run's usage).
+One progress line per turn goes to stderr. The model comes from --model or RLM_MODEL
+(provider/name, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5, local/NAME).]]
+
+local SPEC = {context = "string", model = "string", sub_model = "string", backend = "string",
+              outputs = "list", json = "flag", trace = "string", max_iterations = "number",
+              max_llm_calls = "number", max_depth = "number", max_cost = "number",
+              max_time = "number", max_tokens = "number", quiet = "flag"}
+
+local function read_context(path)
+  if path == nil then return nil end
+  if path == "-" then return io.stdin:read("a") end
+  local data, err = sys.read_file(path)
+  if not data then error("cannot read the context: " .. err, 0) end
+  return data
+end
+
+local function progress(e)
+  if e.type ~= "turn" then return end
+  local u = e.usage
+  io.stderr:write(("%sturn %d/%d  tokens %d  calls %d  cost $%.4f  %.1fs\n"):format(
+    string.rep("  ", e.depth), e.turn, e.max_iterations, u.total_tokens, u.llm_calls, u.cost,
+    u.elapsed))
+end
+
+function M.main(argv)
+  local opts, rest = args.parse(argv, SPEC)
+  local task = rest[1]
+  if not task or #rest > 1 then
+    io.stderr:write("rlm ask: give the task as one argument\n\n", M.help, "\n")
+    return 2
+  end
+  local res = require("rlm").run{
+    task = task, context = read_context(opts.context), model = opts.model,
+    sub_model = opts.sub_model, backend = opts.backend, outputs = opts.outputs,
+    trace = opts.trace, max_iterations = opts.max_iterations, max_llm_calls = opts.max_llm_calls,
+    max_depth = opts.max_depth, max_cost = opts.max_cost, max_time = opts.max_time,
+    max_tokens = opts.max_tokens, on_event = not opts.quiet and progress or nil,
+  }
+  if opts.json then
+    print(json.encode({fields = res.fields, reason = res.reason, iterations = res.iterations,
+                       submitted = res.submitted, extracted = res.extracted, usage = res.usage},
+                      {sort_keys = true}))
+  else
+    local outputs = opts.outputs or {"answer"}
+    for _, name in ipairs(outputs) do
+      local v = res.fields[name]
+      if #outputs > 1 then io.write(name, ": ") end
+      print(type(v) == "string" and v or json.encode(v == nil and json.null or v))
+    end
+    if not res.submitted then io.stderr:write("rlm ask: ", res.reason, "\n") end
+  end
+  if res.error then return 1 end
+  return 0
+end
+
+return M

@@ -1,0 +1,54 @@
+--- `rlm skill`: list, show, run and create recipes.
+local args = require "rlm.args"
+local skills = require "rlm.skills"
+
+local M = {}
+
+M.help = [[
+usage: rlm skill list                 name and description of every skill
+       rlm skill show NAME            print a skill's SKILL.md
+       rlm skill NAME [--backend local|daytona] [ARGS...]
+                                      run a skill (the local sandbox by default)
+       rlm skill new NAME             write a starting skill into the first RLM_SKILLS_PATH
+                                      directory (or ./skills)
+
+Bundled skills ship inside rlm; your own live in the directories of RLM_SKILLS_PATH
+(colon-separated), one folder per skill with SKILL.md and recipe.lua.]]
+
+function M.main(argv)
+  local sub = argv[1]
+  if sub == nil then
+    io.stderr:write(M.help, "\n")
+    return 2
+  end
+  if sub == "list" then
+    for _, s in ipairs(skills.list()) do
+      print(("%-20s %s%s"):format(s.name, s.description,
+        s.source == "bundled" and "" or ("  [" .. s.source .. "]")))
+    end
+    return 0
+  elseif sub == "show" then
+    local s = argv[2] and skills.find(argv[2])
+    if not s then
+      io.stderr:write("rlm skill show: no skill named '", tostring(argv[2]), "' (see `rlm skill list`)\n")
+      return 2
+    end
+    io.write(s.md)
+    return 0
+  elseif sub == "new" then
+    if not argv[2] then
+      io.stderr:write("rlm skill new: give the new skill's NAME\n")
+      return 2
+    end
+    print("wrote " .. skills.new(argv[2]))
+    return 0
+  end
+  local opts, rest = args.parse(table.move(argv, 2, #argv, 1, {}), {backend = "string"})
+  if opts.backend and opts.backend ~= "local" and opts.backend ~= "daytona" then
+    error("--backend must be local or daytona, not " .. opts.backend, 0)
+  end
+  local status = skills.run(sub, {backend = opts.backend, args = rest})
+  return math.type(status) == "integer" and status or 0
+end
+
+return M

@@ -1,0 +1,145 @@
+--- `rlm trace FILE.jsonl --html OUT.html`: a self-contained page to follow a run step by step.
+-- Child runs (rlm_query) and sub-calls nest under the turn that made them, as <details>
+-- elements, so the page needs no script and works offline.
+local args = require "rlm.args"
+local json = require "rlm.json"
+local sys = require "rlm.sys"
+local trace = require "rlm.trace"
+
+local M = {}
+
+M.help = [[
+usage: rlm trace FILE.jsonl [--html OUT.html]
+
+Reads a trajectory written by `rlm ask --trace` or rlm.run{trace = ...}. Without --html prints
+a one-line summary per turn; with --html writes a self-contained page where each turn, its
+code, output and sub-calls (and child runs) can be expanded.]]
+
+local function esc(s)
+  s = tostring(s == nil and "" or s)
+  return (s:gsub("[&<>\"]", {["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;"}))
+end
+
+local function str(v)
+  if type(v) == "string" then return v end
+  if v == nil then return "" end
+  return json.encode(v, {indent = 2, sort_keys = true})
+end
+
+local CSS = [[
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:70em;padding:0 1em;color:#222}
+h1{font-size:1.4em}pre{background:#f6f6f4;border:1px solid #ddd;padding:.6em;overflow:auto;
+white-space:pre-wrap;word-break:break-word;max-height:40em}details{margin:.4em 0 .4em 1em;
+border-left:3px solid #cfd8e3;padding-left:.6em}summary{cursor:pointer;font-weight:600}
+.meta{color:#666;font-weight:400}.final{border-left-color:#5a9;}.sub{border-left-color:#e0b050}
+.child{border-left-color:#a07be0}.err{color:#b00}table{border-collapse:collapse}
+td{padding:.1em .8em .1em 0;vertical-align:top}]]
+
+local function index(records)
+  local runs, order = {}, {}
+  for _, r in ipairs(records) do
+    local run = runs[r.run]
+    if not run then
+      run = {id = r.run, depth = r.depth or 0, parent = r.parent, steps = {}, subcalls = {}}
+      runs[r.run] = run
+      order[#order + 1] = run
+    end
+    if r.type == "start" then run.start = r
+    elseif r.type == "step" then run.steps[#run.steps + 1] = r
+    elseif r.type == "subcall" then
+      local t = r.turn or 0
+      run.subcalls[t] = run.subcalls[t] or {}
+      table.insert(run.subcalls[t], r)
+    elseif r.type == "final" then run.final = r
+    elseif r.type == "extract" then run.extract = r end
+  end
+  return runs, order
+end
+
+local render_run
+
+local function render_subcall(out, s, runs)
+  if s.kind == "rlm_query" and s.child and runs[s.child] then
+    out[#out + 1] = ('<details class="child"><summary>child run %s <span class="meta">depth %d, %.2fs, %s</span></summary>')
+      :format(esc(s.child), (runs[s.child].depth or 0), s.duration or 0, esc(s.reason))
+    render_run(out, runs[s.child], runs)
+    out[#out + 1] = "</details>"
+    return
+  end
+  out[#out + 1] = ('<details class="sub"><summary>%s &times;%d <span class="meta">depth %d, %d chars in, %d out, %.2fs</span></summary>')
+    :format(esc(s.kind), s.count or 1, (s.depth or 0) + 1, s.prompt_chars or 0, s.reply_chars or 0, s.duration or 0)
+  for i, reply in ipairs(s.replies or {}) do
+    out[#out + 1] = ("<div>reply %d</div><pre>%s</pre>"):format(i, esc(reply))
+  end
+  out[#out + 1] = "</details>"
+end
+
+function render_run(out, run, runs)
+  local st = run.start or {}
+  out[#out + 1] = ("<table><tr><td>task</td><td>%s</td></tr><tr><td>model</td><td>%s (sub-calls: %s)</td></tr></table>")
+    :format(esc(st.task), esc(st.model), esc(st.sub_model))
+  for _, step in ipairs(run.steps) do
+    local subs = run.subcalls[step.turn] or {}
+    local u = step.usage or {}
+    out[#out + 1] = ('<details class="step" open><summary>Turn %d <span class="meta">%.2fs, %s in / %s out tokens, %d sub-call groups</span></summary>')
+      :format(step.turn, step.duration or 0, u.input_tokens or "?", u.output_tokens or "?", #subs)
+    out[#out + 1] = ("<div>model reply</div><pre>%s</pre>"):format(esc(step.reply))
+    for i, c in ipairs(step.code or {}) do
+      out[#out + 1] = ("<div>code block %d%s</div><pre>%s</pre><div>output</div><pre%s>%s</pre>")
+        :format(i, c.error and (' <span class="err">' .. esc(c.error) .. "</span>") or "", esc(c.code),
+                c.error and ' class="err"' or "", esc(c.output))
+    end
+    for _, s in ipairs(subs) do render_subcall(out, s, runs) end
+    out[#out + 1] = "</details>"
+  end
+  if run.extract then
+    out[#out + 1] = ("<details><summary>extraction</summary><pre>%s</pre></details>"):format(esc(run.extract.reply))
+  end
+  if run.final then
+    local f = run.final
+    out[#out + 1] = ('<details class="final" open><summary>Result <span class="meta">%s</span></summary><pre>%s</pre></details>')
+      :format(esc(f.reason), esc(str(f.fields)))
+  end
+end
+
+--- The HTML page for a list of trajectory records.
+function M.html(records)
+  local runs, order = index(records)
+  local out = {'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>rlm trajectory</title>',
+               "<style>", CSS, "</style></head><body><h1>rlm trajectory</h1>"}
+  for _, run in ipairs(order) do
+    if not run.parent or not runs[run.parent] then
+      out[#out + 1] = ('<section class="run" id="%s">'):format(esc(run.id))
+      render_run(out, run, runs)
+      out[#out + 1] = "</section>"
+    end
+  end
+  out[#out + 1] = "</body></html>\n"
+  return table.concat(out)
+end
+
+function M.main(argv)
+  local opts, rest = args.parse(argv, {html = "string"})
+  if #rest ~= 1 then
+    io.stderr:write("rlm trace: give one FILE.jsonl\n\n", M.help, "\n")
+    return 2
+  end
+  local records, err = trace.read(rest[1])
+  if not records then error("cannot read the trajectory: " .. err, 0) end
+  if opts.html then
+    assert(sys.write_file(opts.html, M.html(records)))
+    io.stderr:write(("wrote %s (%d records)\n"):format(opts.html, #records))
+  else
+    for _, r in ipairs(records) do
+      if r.type == "step" then
+        print(("%s turn %d  %.2fs  %d code blocks"):format(string.rep("  ", r.depth or 0), r.turn,
+          r.duration or 0, #(r.code or {})))
+      elseif r.type == "final" then
+        print(("%s result: %s"):format(string.rep("  ", r.depth or 0), r.reason))
+      end
+    end
+  end
+  return 0
+end
+
+return M

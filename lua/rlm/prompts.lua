@@ -1,0 +1,82 @@
+--- The prompt templates of the RLM loop. Replace any of them per run (`rlm.run{prompts =
+-- {system = ...}}`) or for good by putting your own `rlm/prompts.lua` under RLM_LUA_PATH.
+--
+-- Templates are plain text with {{name}} placeholders; `render` refuses unknown names so a
+-- typo in a custom template fails loudly instead of sending "{{contxt}}" to the model.
+--   system   the system prompt: how the REPL works and how to finish
+--   first    the first user message: the task and what the context looks like
+--   turn     every later user message: the REPL output of the last reply's code
+--   extract  one last call when turns run out: the fields as JSON, from the trajectory
+local M = {}
+
+M.system = [[
+You solve a task by writing Python that runs in a persistent REPL. The input for the task is
+NOT in this conversation: it is the REPL variable `context` ({{context_type}}, {{context_chars}}
+characters). Look at it with code.
+
+Write code in a ```repl fenced block. It runs after your reply and you then see what it
+printed. Variables, imports and functions persist from block to block.
+
+In the REPL you have:
+- context: the input.
+- llm_query(prompt, model=None) -> str: ask a language model about text you pass in the prompt
+  (up to about {{sub_capacity}} characters per call). Use it for meaning, never for counting.
+- llm_query_batched(prompts, model=None) -> list[str]: many llm_query calls at once, results in
+  the same order. Far faster than calling llm_query in a loop.
+- rlm_query(task, context) -> str: give a sub-task and its own input to a helper that works the
+  way you do, in its own REPL.
+- add_buffer(name, value), get_buffer(name), clear_buffer(name): named lists kept across blocks.
+- SUBMIT({{submit_signature}}): finish, with these output fields.
+- print(...): the only way to see a value. Output past {{max_output_chars}} characters is cut
+  in the middle.
+
+Work like this:
+1. Look before you decide: print the type, the size and a sample of `context`.
+2. Take small steps, one block per reply, and check each result before building on it.
+3. Do exact work (search, split, count, filter, sum) in Python; use llm_query_batched for
+   judgement over chunks of text, keeping each prompt well under the limit above.
+4. You have {{max_iterations}} replies and {{max_llm_calls}} sub-model calls in all: batch your
+   calls and aggregate their answers in Python.
+5. Call SUBMIT({{submit_signature}}) only after you have printed and checked the values.
+   (FINAL(text) or FINAL_VAR(variable_name) on a line of its own also finish.)]]
+
+M.first = [[
+Task: {{task}}
+
+`context` is {{context_type}}, {{context_chars}} characters. Its beginning:
+{{context_preview}}
+
+Outputs to SUBMIT: {{outputs}}.
+Turn 1 of {{max_iterations}}: start by looking at `context`; do not answer yet.]]
+
+M.turn = [[
+REPL output:
+{{output}}
+REPL variables: {{variables}}
+{{feedback}}Turn {{turn}} of {{max_iterations}}.]]
+
+M.extract = [[
+The turns ran out before SUBMIT was called. From the work below, give your best values for
+the outputs.
+
+Task: {{task}}
+
+Work so far:
+{{trajectory}}
+
+Reply with one JSON object and nothing else, with exactly these keys: {{outputs}}.]]
+
+--- Fills {{name}} placeholders from vars; raises on a name vars does not have.
+function M.render(template, vars)
+  return (template:gsub("{{([%w_]+)}}", function(name)
+    local v = vars[name]
+    if v == nil then
+      error("prompt template uses {{" .. name .. "}}, which is not available (have: "
+        .. table.concat((function() local ks = {} for k in pairs(vars) do ks[#ks + 1] = k end
+          table.sort(ks) return ks end)(), ", ") .. ")", 0)
+    end
+    return tostring(v)
+  end))
+end
+
+return M

@@ -1,0 +1,380 @@
+--- The RLM loop: a model explores `context` in a sandbox by writing code, one turn at a time,
+-- until the code SUBMITs the output fields.
+--
+--   local res = require("rlm").run{task = "...", context = big_string, outputs = {"answer"}}
+--   print(res.answer, res.iterations, res.usage.cost, res.reason)
+--
+-- Policy lives here and in rlm.prompts; budgets are enforced by the host for the whole tree of
+-- child runs (rlm.budget), and every model call goes through rlm.llm, so no key ever enters a
+-- sandbox and code in a sandbox cannot raise its own limits.
+local async = require "rlm.async"
+local budget_mod = require "rlm.budget"
+local json = require "rlm.json"
+local parse = require "rlm.parse"
+local sys = require "rlm.sys"
+local trace = require "rlm.trace"
+
+local M = {}
+
+M.defaults = {
+  outputs = {"answer"},
+  backend = nil,              -- the interpreter's default (local)
+  max_iterations = 20,
+  max_llm_calls = 50,
+  max_depth = 2,
+  llm_call_timeout = 60,
+  max_output_chars = 10000,
+  sub_capacity = 500000,      -- what the prompt tells the model a sub-call can read
+  inline_context_chars = 65536, -- larger contexts are uploaded as a file, not sent inline
+  timeout = 900,              -- sandbox lifetime
+}
+
+local WORKSPACE = "/home/daytona/workspace"
+local RESERVED = {fields = true, iterations = true, usage = true, reason = true, submitted = true,
+                  extracted = true, trajectory = true, error = true, depth = true, run_id = true}
+
+local run_counter = 0
+
+local function option(opts, name)
+  local v = opts[name]
+  if v == nil then v = M.defaults[name] end
+  return v
+end
+
+local function describe(value)
+  if type(value) == "string" then
+    return "a str", #value, value:sub(1, 500)
+  elseif value == nil then
+    return "None", 0, "(no context)"
+  end
+  local text = json.encode(value)
+  local kind = (json.is_array(value) or (#value > 0)) and "a list (from JSON)" or "a dict (from JSON)"
+  return kind, #text, text:sub(1, 500)
+end
+
+-- Puts `context` into the sandbox: small values as an injected variable, large ones as a file
+-- read there, so 100 MB never travel inside a JSON request or a prompt.
+local function load_context(interp, context, inline_limit)
+  if context == nil then
+    return interp:execute("context = None")
+  end
+  local is_text = type(context) == "string"
+  local data = is_text and context or json.encode(context)
+  if #data <= inline_limit then
+    return interp:execute("pass", {context = context})
+  end
+  local path = WORKSPACE .. "/.rlm/context" .. (is_text and ".txt" or ".json")
+  interp:upload(path, data)
+  local code = is_text
+    and ("with open(%q, 'rb') as _f:\n    context = _f.read().decode('utf-8', 'replace')\ndel _f"):format(path)
+    or ("import json as _json\nwith open(%q) as _f:\n    context = _json.load(_f)\ndel _f, _json"):format(path)
+  local _, r = interp:execute(code)
+  if r.error then error("could not load the context into the sandbox: " .. r.error, 0) end
+end
+
+local function variables_line(vars)
+  if not vars or #vars == 0 then return "(none)" end
+  local parts = {}
+  for _, v in ipairs(vars) do
+    parts[#parts + 1] = v.size and ("%s: %s, %s"):format(v.name, v.type, v.size) or
+      ("%s: %s"):format(v.name, v.type)
+  end
+  return table.concat(parts, "; ")
+end
+
+local function output_text(run)
+  local parts = {}
+  if run.stdout and #run.stdout > 0 then parts[#parts + 1] = run.stdout end
+  if run.stderr and #run.stderr > 0 then parts[#parts + 1] = "[stderr]\n" .. run.stderr end
+  if run.error then parts[#parts + 1] = "[error] " .. (run.traceback or run.error) end
+  if #parts == 0 then return "(nothing was printed)" end
+  return table.concat(parts, "\n")
+end
+
+local function missing_fields(out, outputs)
+  local missing = {}
+  for _, name in ipairs(outputs) do
+    if out[name] == nil then missing[#missing + 1] = name end
+  end
+  return missing
+end
+
+--- A run: the state of one loop in the tree (root or child).
+local Run = {}
+Run.__index = Run
+
+function Run:event(e)
+  e.depth, e.run = self.depth, self.id
+  if self.on_event then pcall(self.on_event, e) end
+end
+
+function Run:record(rec)
+  rec.run, rec.depth, rec.parent = self.id, self.depth, self.parent
+  return self.tracer:write(rec)
+end
+
+-- One model call with accounting; returns the llm result or nil, err.
+function Run:model_call(model, req)
+  local llm = require "rlm.llm"
+  req.model = model
+  local timeout = self.llm_call_timeout
+  local left = self.budget:time_left()
+  if left then timeout = math.min(timeout, math.max(1, left)) end
+  req.timeout = timeout
+  local ok, res, err = pcall(llm.complete, req)
+  if not ok then return nil, tostring(res) end
+  if not res then return nil, err end
+  self.budget:add(res.model or model, res.usage, llm.cost and llm.cost(model, res.usage) or 0)
+  return res
+end
+
+function Run:sub_prompt_record(kind, prompts, texts, started)
+  local chars_in, chars_out = 0, 0
+  for _, p in ipairs(prompts) do chars_in = chars_in + #p end
+  for _, t in ipairs(texts) do chars_out = chars_out + #tostring(t) end
+  self:record{type = "subcall", kind = kind, turn = self.turn, count = #prompts,
+              prompt_chars = chars_in, reply_chars = chars_out,
+              duration = sys.now() - started, replies = texts}
+end
+
+function Run:llm_query(prompts, model, kind)
+  local ok, refusal = self.budget:reserve_calls(#prompts)
+  if not ok then
+    self.refusal = refusal
+    return nil, refusal
+  end
+  local started = sys.now()
+  local texts = {}
+  local slots = async.map(prompts, function(p)
+    local res, err = self:model_call(model or self.sub_model, {messages = {{role = "user", content = p}}})
+    if not res then error(err, 0) end
+    return res.text
+  end, self.batch_concurrency)
+  for i, s in ipairs(slots) do
+    texts[i] = s.ok and s[1] or ("[ERROR] " .. tostring(s.err))
+  end
+  self:sub_prompt_record(kind, prompts, texts, started)
+  return texts
+end
+
+function Run:rlm_query(task, context)
+  if self.depth + 1 >= self.max_depth then
+    local prompt = context and (task .. "\n\nContext:\n" .. tostring(context)) or task
+    return self:llm_query({prompt}, nil, "rlm_query_fallback")
+  end
+  local started = sys.now()
+  local child = M.run(setmetatable({
+    task = task, context = context, outputs = {"answer"},
+    model = self.sub_model, prompts = self.prompts,
+    _budget = self.budget, _depth = self.depth + 1, _trace = self.tracer, _parent = self.id,
+    on_event = self.on_event,
+  }, {__index = self.opts}))
+  self:record{type = "subcall", kind = "rlm_query", turn = self.turn, child = child.run_id,
+              duration = sys.now() - started, reason = child.reason}
+  local answer = child.answer
+  if answer == nil then return nil, "the child run ended without an answer: " .. tostring(child.reason) end
+  return {type(answer) == "string" and answer or json.encode(answer)}
+end
+
+-- The interpreter's handler for code that calls out (llm_query and friends).
+function Run:on_call(kind, args)
+  if kind == "llm_query" then
+    return self:llm_query({args.prompt}, args.model, kind)
+  elseif kind == "llm_query_batched" then
+    return self:llm_query(args.prompts or {}, args.model, kind)
+  elseif kind == "rlm_query" then
+    return self:rlm_query(args.task, args.context)
+  end
+  return nil, "unknown call: " .. tostring(kind)
+end
+
+function Run:render(name, vars)
+  return require("rlm.prompts").render(self.prompts[name], vars)
+end
+
+-- Runs one reply's code; returns the submitted fields (validated) or nil, and the output text.
+function Run:run_code(blocks, final)
+  local outputs, feedback, submitted = {}, nil, nil
+  local vars
+  for i, code in ipairs(blocks) do
+    local out, r = self.interp:execute(code, nil, {output_names = self.outputs})
+    vars = r.variables or vars
+    outputs[#outputs + 1] = (#blocks > 1 and ("[block %d]\n"):format(i) or "") .. output_text(r)
+    self.steps_code[#self.steps_code + 1] = {code = code, output = outputs[#outputs],
+                                              error = r.error, duration = r.duration}
+    if out then
+      local missing = missing_fields(out, self.outputs)
+      if #missing == 0 then submitted = out break end
+      feedback = ("SUBMIT is missing %s. Call SUBMIT(%s) with every output.\n"):format(
+        table.concat(missing, ", "), table.concat(self.outputs, "=..., ") .. "=...")
+    end
+    if r.error or self.refusal then break end
+  end
+  if not submitted and final and not feedback then
+    if final.var then
+      local out, r = self.interp:execute(("SUBMIT(%s)"):format(final.var), nil,
+                                          {output_names = self.outputs})
+      if out and #missing_fields(out, self.outputs) == 0 then
+        submitted = out
+      else
+        feedback = ("FINAL_VAR(%s) did not give the outputs: %s\n"):format(final.var,
+          r.error or "missing fields")
+      end
+    elseif #self.outputs == 1 then
+      submitted = {[self.outputs[1]] = final.text}
+    else
+      feedback = "FINAL(text) gives one value but this task needs " ..
+        table.concat(self.outputs, ", ") .. ": use SUBMIT with every output.\n"
+    end
+  end
+  if #blocks == 0 and not final then
+    feedback = "Your reply had no ```repl code block. Write code to make progress.\n"
+  end
+  return submitted, table.concat(outputs, "\n"), vars, feedback
+end
+
+function Run:extract(messages)
+  local parts, total = {}, 0
+  for i = #self.steps, 1, -1 do        -- newest steps first, so they survive the cut
+    local s = self.steps[i]
+    local piece = ("--- turn %d ---\n%s\n%s"):format(s.turn, s.reply, s.output or "")
+    total = total + #piece
+    if total > 60000 then break end
+    table.insert(parts, 1, piece)
+  end
+  local prompt = self:render("extract", {task = self.task, trajectory = table.concat(parts, "\n"),
+                                         outputs = table.concat(self.outputs, ", ")})
+  local res, err = self:model_call(self.model, {system = self.system, messages = {{role = "user", content = prompt}}})
+  if not res then return nil, err end
+  self:record{type = "extract", reply = res.text}
+  local obj = parse.json_object(res.text, json)
+  if not obj then return nil, "the extraction reply was not a JSON object" end
+  return obj
+end
+
+function Run:loop()
+  local desc_type, chars, preview = describe(self.context)
+  local vars = {
+    task = self.task, context_type = desc_type, context_chars = chars, context_preview = preview,
+    outputs = table.concat(self.outputs, ", "),
+    submit_signature = table.concat(self.outputs, "=..., ") .. "=...",
+    max_iterations = self.max_iterations, max_llm_calls = self.budget.limits.max_llm_calls or "unlimited",
+    max_output_chars = self.max_output_chars, sub_capacity = self.sub_capacity,
+  }
+  self.system = self:render("system", vars)
+  local messages = {{role = "user", content = self:render("first", vars)}}
+  load_context(self.interp, self.context, self.inline_context_chars)
+
+  for turn = 1, self.max_iterations do
+    self.turn = turn
+    local why = self.budget:exceeded()
+    if why then return {reason = why} end
+    local t0 = sys.now()
+    local reply, err = self:model_call(self.model, {system = self.system, messages = messages})
+    if not reply then return {reason = "model call failed: " .. tostring(err), error = err} end
+    messages[#messages + 1] = {role = "assistant", content = reply.text}
+    self.steps_code = {}
+    local blocks, final = parse.code_blocks(reply.text), parse.final(reply.text)
+    local submitted, output, pyvars, feedback = self:run_code(blocks, final)
+    local step = {type = "step", turn = turn, prompt_chars = #messages[#messages - 1].content,
+                  reply = reply.text, code = self.steps_code, output = output,
+                  usage = reply.usage, duration = sys.now() - t0}
+    self.steps[#self.steps + 1] = step
+    self:record(step)
+    self:event{type = "turn", turn = turn, max_iterations = self.max_iterations,
+               usage = self.budget:usage()}
+    if submitted then return {fields = submitted, reason = "submitted", submitted = true} end
+    if self.refusal then return {reason = "max_llm_calls: " .. self.refusal, extract = true} end
+    messages[#messages + 1] = {role = "user", content = self:render("turn", {
+      output = output, variables = variables_line(pyvars), feedback = feedback or "",
+      turn = turn + 1, max_iterations = self.max_iterations})}
+  end
+  return {reason = ("max_iterations: no SUBMIT after %d turns"):format(self.max_iterations),
+          extract = true}
+end
+
+local function new_run(opts)
+  run_counter = run_counter + 1
+  local depth = opts._depth or 0
+  local prompts = setmetatable({}, {__index = require "rlm.prompts"})
+  for k, v in pairs(opts.prompts or {}) do prompts[k] = v end
+  local model = opts.model or sys.getenv("RLM_MODEL")
+  if not model then
+    error("no model: pass model = \"provider/name\" or set RLM_MODEL (e.g. openai/gpt-4o)", 0)
+  end
+  local self = setmetatable({
+    opts = opts, task = opts.task, context = opts.context,
+    outputs = option(opts, "outputs"), model = model, sub_model = opts.sub_model or model,
+    max_iterations = option(opts, "max_iterations"), max_depth = option(opts, "max_depth"),
+    max_output_chars = option(opts, "max_output_chars"),
+    llm_call_timeout = option(opts, "llm_call_timeout"), sub_capacity = option(opts, "sub_capacity"),
+    inline_context_chars = option(opts, "inline_context_chars"),
+    batch_concurrency = opts.batch_concurrency,
+    prompts = prompts, depth = depth, parent = opts._parent,
+    id = ("r%d-%d"):format(sys.getpid(), run_counter),
+    on_event = opts.on_event, steps = {},
+  }, Run)
+  self.budget = opts._budget or budget_mod.new{
+    max_llm_calls = option(opts, "max_llm_calls"), max_tokens = opts.max_tokens,
+    max_cost = opts.max_cost, max_time = opts.max_time, max_depth = self.max_depth,
+  }
+  self.tracer = opts._trace or trace.writer(opts.trace)
+  return self
+end
+
+--- Runs the loop; see the module comment and README for the options.
+function M.run(opts)
+  if type(opts) ~= "table" or type(opts.task) ~= "string" or opts.task == "" then
+    error("rlm.run needs a table with a non-empty 'task' string", 2)
+  end
+  local self = new_run(opts)
+  local owns_trace = opts._trace == nil
+  self:record{type = "start", task = self.task, model = self.model, sub_model = self.sub_model,
+              outputs = self.outputs, context_chars = select(2, describe(self.context))}
+  local ok, result = pcall(function()
+    local rlm = require "rlm"
+    local interp <close> = rlm.interpreter{
+      backend = option(opts, "backend"), timeout = option(opts, "timeout"),
+      execute_timeout = opts.execute_timeout, max_output_chars = self.max_output_chars,
+      volume_name = opts.volume_name, repo_url = opts.repo_url, repo_ref = opts.repo_ref,
+      context_paths = opts.context_paths,
+      on_call = function(kind, args) return self:on_call(kind, args) end,
+    }
+    self.interp = interp
+    interp:start()
+    local r = self:loop()
+    if r.extract then
+      local fields, err = self:extract()
+      if fields then
+        r.fields, r.extracted = fields, true
+      else
+        r.reason = r.reason .. "; extraction failed: " .. tostring(err)
+      end
+    end
+    return r
+  end)
+  if not ok then
+    result = {reason = "error: " .. trace.redact(tostring(result)), error = trace.redact(tostring(result))}
+  end
+  result.fields = result.fields or {}
+  result.iterations = #self.steps
+  result.depth, result.run_id = self.depth, self.id
+  result.usage = self.budget:usage()
+  result.submitted = result.submitted or false
+  result.extracted = result.extracted or false
+  for k, v in pairs(result.fields) do
+    if not RESERVED[k] then result[k] = v end
+  end
+  self:record{type = "final", reason = result.reason, fields = result.fields,
+              extracted = result.extracted, usage = result.usage, iterations = result.iterations}
+  if owns_trace then
+    result.trajectory = self.tracer.records
+    self.tracer:close()
+  end
+  if not ok and tostring(result.error):find("interrupted", 1, true) then
+    error(result.error, 0)   -- Ctrl-C ends the program; the sandbox is already gone
+  end
+  return result
+end
+
+return M

@@ -1,0 +1,121 @@
+--- Skills: runnable recipes, each a folder NAME/ with SKILL.md (front matter `name` and
+-- `description`) and recipe.lua. Bundled skills live in the binary (skills/ in the source
+-- tree); a user's own come from the directories in RLM_SKILLS_PATH and win on a name clash.
+local host = require "rlm.core.host"
+local sys = require "rlm.sys"
+
+local M = {}
+
+local function front_matter(md)
+  local block = md:match("^%-%-%-\n(.-)\n%-%-%-")
+  local meta = {}
+  for line in (block or ""):gmatch("[^\n]+") do
+    local k, v = line:match("^([%w_-]+):%s*(.-)%s*$")
+    if k then meta[k] = v end
+  end
+  return meta
+end
+
+local function user_dirs()
+  local dirs = {}
+  for dir in (sys.getenv("RLM_SKILLS_PATH") or ""):gmatch("[^:]+") do dirs[#dirs + 1] = dir end
+  return dirs
+end
+
+--- Every skill: {name, description, source = "bundled"|dir, md = text, recipe = lua text|nil, path}.
+function M.list()
+  local found, order = {}, {}
+  local function add(skill)
+    if not found[skill.name] then order[#order + 1] = skill.name end
+    found[skill.name] = skill
+  end
+  for _, path in ipairs(host.resources("skills/")) do
+    local name = path:match("^skills/([^/]+)/SKILL%.md$")
+    if name then
+      local md = host.resource(path)
+      add({name = name, description = front_matter(md).description or "", source = "bundled",
+           md = md, recipe = host.resource("skills/" .. name .. "/recipe.lua"),
+           path = "skills/" .. name .. "/recipe.lua"})
+    end
+  end
+  for _, dir in ipairs(user_dirs()) do
+    for _, name in ipairs(sys.list_dir(dir) or {}) do
+      local md = sys.read_file(dir .. "/" .. name .. "/SKILL.md")
+      if md then
+        local path = dir .. "/" .. name .. "/recipe.lua"
+        add({name = name, description = front_matter(md).description or "", source = dir, md = md,
+             recipe = sys.read_file(path), path = path})
+      end
+    end
+  end
+  table.sort(order)
+  local out = {}
+  for _, name in ipairs(order) do out[#out + 1] = found[name] end
+  return out
+end
+
+function M.find(name)
+  for _, s in ipairs(M.list()) do
+    if s.name == name then return s end
+  end
+  return nil
+end
+
+--- Runs a skill's recipe. params: {backend = ..., args = {...}}; the recipe receives them as `...`.
+function M.run(name, params)
+  local skill = M.find(name)
+  if not skill then
+    local names = {}
+    for _, s in ipairs(M.list()) do names[#names + 1] = s.name end
+    error(("no skill named '%s' (have: %s)"):format(name, table.concat(names, ", ")), 0)
+  end
+  if not skill.recipe then error(("skill '%s' has no recipe.lua"):format(name), 0) end
+  local chunk, err = load(skill.recipe, "@" .. skill.path, "t")
+  if not chunk then error(err, 0) end
+  return chunk(params)
+end
+
+M.template_md = [[
+---
+name: %s
+description: What this skill does, in one line (shown by `rlm skill list`).
+---
+
+# %s
+
+When to use it: ...
+
+Parameters: `--backend local|daytona`, and the arguments after the name.
+
+What it prints: ...
+]]
+
+M.template_recipe = [[
+-- %s: a starting recipe. Run it with `rlm skill %s [--backend local|daytona] [ARGS...]`.
+local rlm = require "rlm"
+local params = ...
+
+local interp <close> = rlm.interpreter{backend = params.backend}
+interp:start()
+local out, run = interp:execute([=[
+import platform
+SUBMIT(python=platform.python_version(), args=ARGS)
+]=], {ARGS = params.args})
+print(("python %%s in the sandbox, args: %%s"):format(out.python, table.concat(out.args, " ")))
+]]
+
+--- Writes a starting skill NAME into dir (the first RLM_SKILLS_PATH entry, or ./skills).
+function M.new(name, dir)
+  if not name:match("^[%w][%w_-]*$") then
+    error("a skill name uses letters, digits, '-' and '_' only: " .. name, 0)
+  end
+  dir = dir or user_dirs()[1] or "skills"
+  local folder = dir .. "/" .. name
+  if sys.stat(folder) then error(folder .. " already exists", 0) end
+  assert(sys.mkdir_p(folder))
+  assert(sys.write_file(folder .. "/SKILL.md", M.template_md:format(name, name)))
+  assert(sys.write_file(folder .. "/recipe.lua", M.template_recipe:format(name, name)))
+  return folder
+end
+
+return M

@@ -1,0 +1,86 @@
+--- Trajectories: one JSON record per line, written as the run goes so a crash or Ctrl-C still
+-- leaves the steps so far on disk. Secrets are scrubbed from every record.
+local json = require "rlm.json"
+local sys = require "rlm.sys"
+
+local M = {}
+
+-- Environment variables whose values must never be written anywhere.
+M.secret_vars = {"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DAYTONA_API_KEY", "DAYTONA_JWT_TOKEN",
+                 "OPENROUTER_API_KEY", "RLM_MCP_TOKEN"}
+
+local function secrets()
+  local out = {}
+  for _, name in ipairs(M.secret_vars) do
+    local v = sys.getenv(name)
+    if v and #v >= 8 then out[#out + 1] = v end
+  end
+  return out
+end
+
+--- Replaces every known secret value in s with "[redacted]".
+function M.redact(s, list)
+  if type(s) ~= "string" then return s end
+  for _, secret in ipairs(list or secrets()) do
+    local i = s:find(secret, 1, true)
+    while i do
+      s = s:sub(1, i - 1) .. "[redacted]" .. s:sub(i + #secret)
+      i = s:find(secret, i + 10, true)
+    end
+  end
+  return s
+end
+
+local function scrub(v, list)
+  if type(v) == "string" then return M.redact(v, list) end
+  if type(v) ~= "table" then return v end
+  local out = setmetatable({}, getmetatable(v))
+  for k, x in pairs(v) do out[k] = scrub(x, list) end
+  return out
+end
+
+local Writer = {}
+Writer.__index = Writer
+
+--- A trajectory sink: records are kept in memory (for the result) and, with a path, appended
+-- to that file, one JSON object per line.
+function M.writer(path)
+  local f
+  if path then
+    local err
+    f, err = io.open(path, "w")
+    if not f then error("cannot write the trace file: " .. err, 0) end
+  end
+  return setmetatable({file = f, records = {}, secrets = secrets()}, Writer)
+end
+
+function Writer:write(record)
+  record = scrub(record, self.secrets)
+  record.t = record.t or sys.time()
+  self.records[#self.records + 1] = record
+  if self.file then
+    self.file:write(json.encode(record), "\n")
+    self.file:flush()
+  end
+  return record
+end
+
+function Writer:close()
+  if self.file then self.file:close(); self.file = nil end
+end
+
+--- Reads a JSONL trajectory back into a list of records.
+function M.read(path)
+  local data, err = sys.read_file(path)
+  if not data then return nil, err end
+  local records, n = {}, 0
+  for line in data:gmatch("[^\n]+") do
+    n = n + 1
+    local rec, perr = json.decode(line)
+    if not rec then return nil, ("%s:%d: %s"):format(path, n, perr) end
+    records[#records + 1] = rec
+  end
+  return records
+end
+
+return M

@@ -1,0 +1,130 @@
+local T = require "support"
+local json = require "rlm.json"
+local cjson = require "cjson"
+local sys = require "rlm.sys"
+
+local tests = {}
+
+tests["null is cjson.null and mixes both ways"] = function()
+  T.truthy(json.null == cjson.null, "json.null == cjson.null")
+  T.eq(json.decode("[null]")[1] == cjson.null, true)
+  T.eq(json.encode({a = cjson.null}), '{"a":null}')
+  T.eq(cjson.encode(json.decode('{"a":null}')), '{"a":null}')
+  T.eq(json.encode(nil), "null")
+end
+
+tests["factorial(20) and int64 limits stay exact"] = function()
+  local f = 1
+  for i = 2, 20 do f = f * i end
+  T.eq(json.encode(f), "2432902008176640000")
+  T.eq(json.decode("2432902008176640000"), 2432902008176640000)
+  T.eq(json.decode("[-9223372036854775808]")[1], math.mininteger)
+  T.eq(json.decode('{"n":42}').n, 42)                 -- an integer, where cjson gives 42.0
+  T.eq(math.type(cjson.decode('{"n":42}').n), "float")
+  T.eq(math.type(json.decode("9223372036854775808")), "float")
+  T.eq(json.encode(42.0), "42.0")
+  T.eq(json.decode("42.0"), 42.0)
+  T.eq(json.encode({2^53, 0.1, 1e300}), "[9007199254740992.0,0.1,1e+300]")
+end
+
+tests["empty arrays and objects round-trip"] = function()
+  T.eq(json.encode(json.decode("[]")), "[]")
+  T.eq(json.encode(json.decode("{}")), "{}")
+  T.eq(json.encode(json.decode('{"messages":[],"meta":{}}'), {sort_keys = true}),
+    '{"messages":[],"meta":{}}')
+  T.eq(json.encode({tools = json.array()}), '{"tools":[]}')
+  T.eq(json.encode({argv = json.array({})}), '{"argv":[]}')
+  T.eq(json.encode(json.object()), "{}")
+  T.eq(json.encode({}), "{}")
+  local t = {}
+  T.truthy(json.array(t) == t, "array() returns its argument")
+  T.truthy(getmetatable(t) == json.array_mt)
+  T.truthy(getmetatable(json.decode("{}")) == json.object_mt)
+  T.truthy(getmetatable(json.decode("[1]")) == json.array_mt)
+end
+
+tests["is_array tells how a table would encode"] = function()
+  T.eq(json.is_array({1, 2}), true)
+  T.eq(json.is_array(json.decode("[]")), true)
+  T.eq(json.is_array(json.decode("{}")), false)
+  T.eq(json.is_array({}), false)
+  T.eq(json.is_array({a = 1}), false)
+  T.eq(json.is_array({1, a = 1}), false)
+  T.eq(json.is_array("x"), false)
+end
+
+tests["sort_keys and indent"] = function()
+  local v = {b = 1, a = {1, 2}, c = {}}
+  T.eq(json.encode(v, {sort_keys = true}), '{"a":[1,2],"b":1,"c":{}}')
+  T.eq(json.encode(v, {sort_keys = true, indent = 2}),
+    '{\n  "a": [\n    1,\n    2\n  ],\n  "b": 1,\n  "c": {}\n}')
+  T.eq(json.encode({x = 1}, {indent = 0}), '{"x":1}')
+  T.raises(function() json.encode({}, {indnet = 2}) end, "unknown option 'indnet'")
+  T.raises(function() json.encode({}, {indent = -1}) end, "indent must be")
+  T.raises(function() json.encode({}, {indent = 1.5}) end, "indent must be")
+end
+
+tests["malformed input gives nil and a message with the byte offset"] = function()
+  local v, err = json.decode('{"a": 1,, "b": 2}')
+  T.eq(v, nil)
+  T.eq(err, "invalid JSON at byte 8: expected a string key")
+  v, err = json.decode("[1, 2")
+  T.eq(v, nil)
+  T.contains(err, "unexpected end of input")
+  v, err = json.decode('{"a":1} trailing')
+  T.eq(v, nil)
+  T.eq(err, "invalid JSON at byte 8: unexpected data after the value")
+  v, err = json.decode("")
+  T.eq(v, nil)
+  T.contains(err, "byte 0")
+  T.raises(function() json.decode({}) end, "bad argument #1")
+end
+
+tests["unencodable values raise with their path"] = function()
+  T.raises(function() json.encode({tools = {{}, {}, print}}) end,
+    "cannot encode a function at $.tools[3]")
+  T.raises(function() json.encode({x = {1, y = 2}}) end, "table with mixed keys at $.x")
+  T.raises(function() json.encode(0/0) end, "cannot encode NaN")
+  local t = {}
+  t[1] = t
+  T.raises(function() json.encode(t) end, "nesting deeper than 1000 levels")
+end
+
+tests["strings: escapes, UTF-8 and raw bytes"] = function()
+  T.eq(json.encode('a/b"c\\\n\0'), '"a/b\\"c\\\\\\n\\u0000"')
+  T.eq(json.encode("h\u{E9}\u{1F600}"), '"h\u{E9}\u{1F600}"')
+  T.eq(json.encode("\xff"), '"\\udcff"')
+  T.eq(json.decode('"\\udcff\\ud83d\\ude00"'), "\xff\u{1F600}")
+  local all = {}
+  for i = 0, 255 do all[#all + 1] = string.char(i) end
+  all = table.concat(all)
+  T.eq(json.decode(json.encode(all)), all)
+end
+
+-- Python is the other end of the sandbox protocol: bytes, integers and floats must survive it.
+tests["values round-trip through Python exactly"] = function()
+  if not sys.stat("/usr/bin/python3") then T.skip("no /usr/bin/python3") end
+  local bytes = {}
+  for i = 0, 255 do bytes[#bytes + 1] = string.char(i) end
+  local value = {
+    s = table.concat(bytes) .. "\xe2\x82\xac\xed\xa0\x80\u{1F600}",
+    n = {42, 42.0, math.maxinteger, math.mininteger, 0.1, -0.0, 1e-300, 2^53},
+    e = json.array(), o = json.object(), z = json.null,
+  }
+  local py = [==[
+import json, sys
+v = json.loads(sys.stdin.read())
+raw = v["s"].encode("utf-8", "surrogateescape")
+assert raw == bytes(range(256)) + b"\xe2\x82\xac\xed\xa0\x80\xf0\x9f\x98\x80", raw
+assert [type(x).__name__ for x in v["n"]] == ["int", "float", "int", "int", "float", "float", "float", "float"]
+sys.stdout.write(json.dumps(v))
+]==]
+  local r = assert(sys.run({"/usr/bin/python3", "-c", py}, {input = json.encode(value), timeout = 20}))
+  T.eq(r.stderr, "")
+  T.eq(r.code, 0)
+  local back = assert(json.decode(r.stdout))
+  T.eq(back, value)
+  T.eq(json.encode(back, {sort_keys = true}), json.encode(value, {sort_keys = true}))
+end
+
+return tests
