@@ -1,0 +1,57 @@
+--- `rlm exec 'CODE'`: runs one block of Python in a fresh sandbox.
+local args = require "rlm.args"
+local json = require "rlm.json"
+
+local M = {}
+
+M.help = [[
+usage: rlm exec CODE|- [--backend local|daytona] [--timeout S] [--volume NAME] [--network] [--json]
+
+Runs one block of Python in a fresh sandbox (`-` reads the code from stdin). Prints the fields
+the code SUBMITs as one JSON object; without a SUBMIT, prints what the code printed. With --json,
+prints everything as one JSON object: out, stdout, stderr, error, exit, duration, timed_out.
+The code's stderr (and its stdout when it submitted) goes to stderr. Exits 1 when the code raised.
+
+  --timeout S     stop the code after S seconds (default 900)
+  --volume NAME   mount the durable volume NAME at /home/daytona/memory
+  --network       allow network access (local backend: off by default)]]
+
+local SPEC = {backend = "string", timeout = "number", volume = "string", json = "flag",
+              network = "flag"}
+
+function M.main(argv)
+  local opts, rest = args.parse(argv, SPEC)
+  local code = rest[1]
+  if not code or #rest > 1 then
+    io.stderr:write("rlm exec: give the code as one argument, or - to read it from stdin\n\n",
+                    M.help, "\n")
+    return 2
+  end
+  if code == "-" then code = io.stdin:read("a") end
+  local interp <close> = require("rlm").interpreter{
+    backend = opts.backend, timeout = opts.timeout, volume_name = opts.volume,
+    network = opts.network or nil,
+  }
+  local out, run = interp:execute(code)
+  if opts.json then
+    print(json.encode({out = out, stdout = run.stdout, stderr = run.stderr, error = run.error,
+                       traceback = run.traceback, exit = run.exit, duration = run.duration,
+                       timed_out = run.timed_out}, {sort_keys = true}))
+    return run.error and 1 or 0
+  end
+  if out then
+    io.stderr:write(run.stdout)
+    print(json.encode(out, {sort_keys = true}))
+  else
+    io.stdout:write(run.stdout)
+  end
+  io.stderr:write(run.stderr)
+  if run.error then
+    local msg = run.traceback or run.error
+    io.stderr:write(msg, msg:sub(-1) == "\n" and "" or "\n")
+    return 1
+  end
+  return 0
+end
+
+return M

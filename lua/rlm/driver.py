@@ -1,0 +1,735 @@
+"""The rlm sandbox driver: runs the user's Python for the rlm host and keeps its state.
+
+Started as `python3 -u -c "<this source>" [--stdio]`, as `--serve PATH` (unix socket server), or as
+`--client PATH (--request-file F | --request-b64 B64)` (the one-shot client of --serve).
+Standard library only, Python 3.9+. This docstring is the protocol reference for the host.
+
+Wire: UTF-8 JSON, one object per line. Events are pure ASCII (non-ASCII is \\u-escaped).
+
+Requests, host -> driver
+  {"op":"execute","id":N,"code":"...","variables":{...}|null,"output_names":["answer"]|null,
+   "max_output_chars":10000|null,"timeout":S|null}                          -> call* then done
+  {"op":"reply","id":N,"results":[...]} | {"op":"reply","id":N,"error":"message"}
+                                    answers the call event with the same id (the execute's id)
+  {"op":"reset"}    -> {"ev":"reset"}    user globals, imports and buffers cleared
+  {"op":"ping"}     -> {"ev":"pong"}     also answered while code waits for a reply
+  {"op":"shutdown"} -> {"ev":"bye"}, then exit 0.  EOF on stdin also exits 0.
+
+Events, driver -> host
+  {"ev":"ready","pid":P,"python":"3.11.2"}     first line on stdout, with either transport
+  {"ev":"done","id":N,"stdout":"...","stderr":"...","stdout_chars":C,"stderr_chars":C,
+   "error":null|"ZeroDivisionError: division by zero","traceback":null|"...",
+   "variables":[{"name","type","size","preview"}],"duration":SECONDS,"timed_out":false,
+   "submitted":null|{...}}
+  {"ev":"call","id":N,"kind":K,"args":{...}}   the code is blocked until the matching reply:
+      llm_query          {"prompt","model"}   -> results: [text]
+      llm_query_batched  {"prompts","model"}  -> results: one text per prompt, in order
+      rlm_query          {"task","context"}   -> results: [text]
+  {"ev":"error","message":"..."}               a request that cannot be served; the driver goes on
+
+Execute semantics
+- One persistent namespace (a module registered as __main__). `variables` are set as globals
+  first. A last statement that is a bare expression with a non-None value prints its repr.
+- fd 1 and fd 2 always point at private temp files; the protocol uses dups of the original
+  stdin/stdout, and fd 0 reads /dev/null, so neither user code nor its subprocesses can touch
+  the protocol. Output longer than max_output_chars keeps head and tail around a line
+  `... [N characters cut] ...`; stdout_chars/stderr_chars count every character (for invalid
+  UTF-8 the count is of lead bytes). Text is decoded as UTF-8 with U+FFFD for bad bytes.
+- SUBMIT(*values, **fields) ends the block (a BaseException, so `except Exception` does not
+  stop it); positional values take the output_names in order. Values must be JSON: bytes are
+  sent as str decoded with surrogateescape (\\udc80-\\udcff stand for raw bytes), tuples as
+  lists, ints exactly. Otherwise user code gets TypeError "SUBMIT field 'x' is not
+  JSON-serialisable (set)". A global `Final` bound to a new object by a block that ends
+  without error counts as SUBMIT(answer=Final).
+- error is "Type: message" ("SyntaxError: msg (line L)" for syntax errors); traceback shows
+  only frames outside the driver, with source lines from cells named <rlm-cell-K>.
+- timeout: SIGALRM raises TimeoutError("execution exceeded S seconds") in the user's code and
+  sets timed_out; globals are kept. Time spent waiting for replies does not count.
+- Helpers (builtins of the namespace, so they survive reset, never show up in variables, and a
+  user global of the same name only shadows them): SUBMIT, llm_query(prompt, model=None),
+  llm_query_batched(prompts, model=None), rlm_query(task, context=None), add_buffer(name,
+  value), get_buffer(name), clear_buffer(name=None), SHOW_VARS(). A reply with error raises
+  RuntimeError(message). Calls from threads are serialised; they fail outside an execute.
+- variables lists user globals except modules and __dunder__ names: type name, len or null,
+  and a repr preview of at most 100 characters (computed in bounded time for big containers).
+
+--serve PATH: listens on a unix socket (created before ready is printed). Each connection
+carries one request line and gets one event line, then is closed; an execute that calls
+llm_query answers its connection with the call event, and the next connection must carry the
+reply. --client prints the one event line and exits 0, or exits 2 with a message on stderr.
+"""
+import builtins
+import json
+import os
+import signal
+import sys
+import time
+import _ast
+import _thread
+
+DEFAULT_OUTPUT_CHARS = 10000
+PREVIEW_CHARS = 100
+PREVIEW_ITEMS = 8
+READ_CHUNK = 1 << 20
+# A client that connects but never sends must not wedge the server for good.
+CONNECTION_TIMEOUT = 60.0
+UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
+ModuleType = type(sys)
+MISSING = object()
+DRIVER_GLOBALS = globals()
+encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
+class Submitted(BaseException):
+    """Raised by SUBMIT; a BaseException so that `except Exception` in user code lets it pass."""
+
+    def __init__(self, fields):
+        super().__init__()
+        self.fields = fields
+
+
+class NotSerialisable(Exception):
+    pass
+
+
+def json_default(value):
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "surrogateescape")
+    raise NotSerialisable(type(value).__name__)
+
+
+encode_value = json.JSONEncoder(separators=(",", ":"), default=json_default, allow_nan=False).encode
+
+
+def to_json(value, what):
+    """The JSON text of value; TypeError naming `what` when it is not JSON."""
+    try:
+        return encode_value(value)
+    except NotSerialisable as e:
+        why = e.args[0]
+    except (TypeError, ValueError, RecursionError) as e:
+        why = str(e)
+    raise TypeError(f"{what} is not JSON-serialisable ({why})")
+
+
+def error_line(message):
+    return encode({"ev": "error", "message": message}) + "\n"
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+# ---------------------------------------------------------------------------------------------
+# Transports: read() -> one request line (None at EOF), send(line), close().
+
+class Stdio:
+    def __init__(self, fd_in, fd_out):
+        self.inp = os.fdopen(fd_in, "rb")
+        self.out = fd_out
+
+    def read(self):
+        while True:
+            line = self.inp.readline()
+            if not line:
+                return None
+            if line.strip():  # a stray blank line must not earn an event and desync the host
+                return line
+
+    def send(self, line):
+        write_all(self.out, line.encode())
+
+    def close(self):
+        pass
+
+
+def recv_line(conn):
+    data = b""
+    while b"\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\n", 1)[0]
+
+
+class SocketServer:
+    def __init__(self, path):
+        import socket
+        import stat
+        try:
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                os.unlink(path)  # left by a driver that died
+        except FileNotFoundError:
+            pass
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen(16)
+        self.conn = None
+
+    def read(self):
+        while True:
+            conn, _ = self.sock.accept()
+            conn.settimeout(CONNECTION_TIMEOUT)
+            try:
+                line = recv_line(conn)
+            except OSError:
+                conn.close()
+                continue
+            self.conn = conn
+            return line
+
+    def send(self, line):
+        conn, self.conn = self.conn, None
+        try:
+            conn.sendall(line.encode())
+        except OSError:
+            pass  # the client gave up; nobody is left to tell
+        finally:
+            conn.close()
+
+    def close(self):
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Output capture
+
+class Capture:
+    """A temp file that fd `target` writes into; unlinked at once so it never outlives us."""
+
+    def __init__(self, target):
+        name = f"rlm-driver-{os.getpid()}-{target}-{os.urandom(4).hex()}"
+        path = os.path.join(os.environ.get("TMPDIR") or "/tmp", name)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        os.unlink(path)
+        self.target = target
+        self.clear()
+
+    def take(self, limit):
+        """(text, total characters) written since the last take; empties the file."""
+        size = os.fstat(self.fd).st_size
+        if size <= limit:  # never more characters than bytes
+            text = os.pread(self.fd, size, 0).decode("utf-8", "replace")
+            total = len(text)
+        else:
+            total = self.count_chars(size)
+            if total <= limit:
+                text = os.pread(self.fd, size, 0).decode("utf-8", "replace")
+            else:
+                text = self.head_and_tail(size, limit, total)
+        self.clear()
+        return text, total
+
+    def clear(self):
+        os.ftruncate(self.fd, 0)
+        os.lseek(self.fd, 0, os.SEEK_SET)  # the offset is shared with fd 1/2 and subprocesses
+        os.dup2(self.fd, self.target)  # again, in case user code closed or moved the fd
+
+    def count_chars(self, size):
+        total = offset = 0
+        while offset < size:
+            chunk = os.pread(self.fd, READ_CHUNK, offset)
+            if not chunk:
+                break
+            offset += len(chunk)
+            total += len(chunk.translate(None, UTF8_CONTINUATION))
+        return total
+
+    def head_and_tail(self, size, limit, total):
+        # A character is at most 4 bytes; 3 more bytes cover a character split at the tail's start.
+        head_n = limit // 2
+        tail_n = limit - head_n
+        head = os.pread(self.fd, 4 * head_n, 0).decode("utf-8", "replace")[:head_n]
+        tail_bytes = min(size, 4 * tail_n + 3)
+        tail = os.pread(self.fd, tail_bytes, size - tail_bytes).decode("utf-8", "replace")
+        tail = tail[len(tail) - tail_n:]
+        return f"{head}\n... [{total - head_n - tail_n} characters cut] ...\n{tail}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Variables summary
+
+def size_of(value):
+    if not hasattr(type(value), "__len__"):
+        return None
+    try:
+        return len(value)
+    except Exception:
+        return None
+
+
+def short_repr(value, depth=2):
+    """repr whose cost does not grow with the size of strings and containers."""
+    if isinstance(value, (str, bytes, bytearray)):
+        return repr(value[:PREVIEW_CHARS])
+    for kind, opening, closing in CONTAINERS:
+        if isinstance(value, kind):
+            break
+    else:
+        return repr(value)
+    if not value:
+        return repr(value)
+    if depth == 0:
+        return f"{opening}...{closing}"
+    items = value.items() if isinstance(value, dict) else value
+    parts = []
+    for item in items:
+        if len(parts) == PREVIEW_ITEMS:
+            parts.append("...")
+            break
+        if isinstance(value, dict):
+            parts.append(f"{short_repr(item[0], depth - 1)}: {short_repr(item[1], depth - 1)}")
+        else:
+            parts.append(short_repr(item, depth - 1))
+    tail = "," if isinstance(value, tuple) and len(value) == 1 else ""
+    return f"{opening}{', '.join(parts)}{tail}{closing}"
+
+
+CONTAINERS = ((dict, "{", "}"), (list, "[", "]"), (tuple, "(", ")"), (set, "{", "}"),
+              (frozenset, "frozenset({", "})"))
+
+
+def preview(value):
+    try:
+        text = short_repr(value)
+    except Exception as e:
+        text = f"<{type(value).__name__}: repr failed with {type(e).__name__}>"
+    return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS - 3] + "..."
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+def error_text(e):
+    kind = type(e)
+    name = kind.__qualname__
+    if kind.__module__ not in ("builtins", "__main__"):
+        name = f"{kind.__module__}.{name}"
+    if isinstance(e, SyntaxError):
+        return f"{name}: {e.msg} (line {e.lineno})"
+    message = str(e)
+    return f"{name}: {message}" if message else name
+
+
+def drop_driver_frames(e, seen):
+    """Unlinks the driver's own frames from e's traceback (and from chained exceptions)."""
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        kept = []
+        tb = e.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_globals is not DRIVER_GLOBALS:
+                kept.append(tb)
+            tb = tb.tb_next
+        for tb, after in zip(kept, kept[1:] + [None]):
+            tb.tb_next = after
+        e.__traceback__ = kept[0] if kept else None
+        drop_driver_frames(e.__cause__, seen)
+        e = e.__context__
+
+
+def compile_cell(code, filename):
+    """(module code, code of a trailing bare expression or None)."""
+    tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST)
+    last = None
+    if tree.body and isinstance(tree.body[-1], _ast.Expr):
+        last = compile(_ast.Expression(tree.body.pop().value), filename, "eval")
+    return compile(tree, filename, "exec"), last
+
+
+# ---------------------------------------------------------------------------------------------
+# The session
+
+class Session:
+    def __init__(self, transport):
+        self.transport = transport
+        # One protocol exchange at a time: user threads may call llm_query concurrently.
+        self.io_lock = _thread.allocate_lock()
+        self.builtins = dict(vars(builtins))
+        self.builtins.update(make_helpers(self))
+        self.buffers = {}
+        self.cells = {}
+        self.ns = None
+        self.new_namespace()
+        self.stdout = Capture(1)
+        self.stderr = Capture(2)
+        self.streams = (sys.stdout, sys.stderr)
+        self.request_id = None
+        self.output_names = ["answer"]
+        self.running = False
+        self.timeout = None
+        self.timed_out = False
+        # While the driver talks to the host an alarm is only noted, so no line is cut in half.
+        self.in_protocol = True
+        self.late_alarm = False
+        signal.signal(signal.SIGALRM, self.on_alarm)
+
+    def new_namespace(self):
+        # A real __main__ module lets pickle and multiprocessing find the user's classes.
+        module = ModuleType("__main__")
+        module.__dict__["__builtins__"] = self.builtins
+        sys.modules["__main__"] = module
+        self.ns = module.__dict__
+
+    def stop(self):
+        # os._exit: tearing down a namespace of many GB could take seconds and nobody waits for it.
+        self.transport.close()
+        os._exit(0)
+
+    def on_alarm(self, signum, frame):
+        if self.in_protocol:
+            self.late_alarm = True
+            return
+        self.timed_out = True
+        raise TimeoutError(f"execution exceeded {self.timeout:g} seconds")
+
+    # -- requests
+
+    def next_request(self):
+        """The next request that needs more than a fixed answer, or None after a bad one."""
+        line = self.transport.read()
+        if line is None:
+            self.stop()
+        try:
+            req = json.loads(line)
+        except ValueError as e:
+            self.transport.send(error_line(f"cannot parse request: {e}"))
+            return None
+        if not isinstance(req, dict):
+            self.transport.send(error_line("a request must be a JSON object"))
+            return None
+        op = req.get("op")
+        if op == "ping":
+            self.transport.send('{"ev":"pong"}\n')
+            return None
+        if op == "shutdown":
+            self.transport.send('{"ev":"bye"}\n')
+            self.stop()
+        return req
+
+    def serve_forever(self):
+        while True:
+            req = self.next_request()
+            if req is None:
+                continue
+            op = req.get("op")
+            if op == "execute":
+                line = self.execute(req)
+            elif op == "reset":
+                line = self.reset()
+            elif op == "reply":
+                line = error_line("no code is waiting for a reply")
+            else:
+                line = error_line(f"unknown op {op!r}")
+            self.transport.send(line)
+
+    def reset(self):
+        self.new_namespace()
+        self.buffers.clear()
+        self.stdout.clear()
+        self.stderr.clear()
+        return '{"ev":"reset"}\n'
+
+    # -- execute
+
+    def execute(self, req):
+        code = req.get("code")
+        variables = req.get("variables") or {}
+        names = req.get("output_names") or ["answer"]
+        limit = req.get("max_output_chars") or DEFAULT_OUTPUT_CHARS
+        timeout = req.get("timeout")
+        if not isinstance(code, str):
+            return error_line("execute: code must be a string")
+        if not isinstance(variables, dict):
+            return error_line("execute: variables must be an object")
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            return error_line("execute: output_names must be a list of strings")
+        if not isinstance(limit, int) or limit < 2:
+            return error_line("execute: max_output_chars must be an integer >= 2")
+        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
+            return error_line("execute: timeout must be a positive number or null")
+
+        self.ns.update(variables)
+        filename = f"<rlm-cell-{len(self.cells) + 1}>"
+        self.cells[filename] = code
+        self.request_id = req.get("id")
+        self.output_names = names
+        final_before = self.ns.get("Final", MISSING)
+        error = traceback_text = submitted = None
+        started = time.perf_counter()
+        self.running = True
+        try:
+            self.run(code, filename, timeout)
+        except Submitted as s:
+            submitted = s.fields
+        except BaseException as e:
+            error, traceback_text = error_text(e), self.format_traceback(e)
+        with self.io_lock:  # a user thread inside a call finishes it first
+            self.running = False
+        duration = time.perf_counter() - started
+
+        final = self.ns.get("Final", MISSING)
+        if error is None and submitted is None and final is not final_before:
+            try:
+                submitted = {"answer": to_json(final, "Final")}
+            except TypeError as e:
+                error = error_text(e)
+        self.restore_streams()
+        stdout, stdout_chars = self.stdout.take(limit)
+        stderr, stderr_chars = self.stderr.take(limit)
+        done = encode({
+            "ev": "done", "id": self.request_id, "stdout": stdout, "stderr": stderr,
+            "stdout_chars": stdout_chars, "stderr_chars": stderr_chars, "error": error,
+            "traceback": traceback_text, "variables": self.summary(), "duration": duration,
+            "timed_out": error is not None and self.timed_out})
+        if submitted is None:
+            return done[:-1] + ',"submitted":null}\n'
+        fields = ",".join(f"{encode(name)}:{text}" for name, text in submitted.items())
+        return done[:-1] + ',"submitted":{' + fields + '}}\n'
+
+    def run(self, code, filename, timeout):
+        body, last = compile_cell(code, filename)
+        self.timed_out = self.late_alarm = False
+        self.in_protocol = False
+        signal.signal(signal.SIGALRM, self.on_alarm)  # user code may have taken it over
+        if timeout:
+            self.timeout = timeout
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            exec(body, self.ns)
+            if last is not None:
+                value = eval(last, self.ns)
+                if value is not None:
+                    print(repr(value))
+        finally:
+            self.in_protocol = True
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def restore_streams(self):
+        """Flushes the user's streams and puts back ours, in case the code replaced them."""
+        for stream in (sys.stdout, sys.stderr) + self.streams:
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        sys.stdout, sys.stderr = self.streams
+
+    def format_traceback(self, e):
+        import linecache
+        import traceback
+        for filename, source in self.cells.items():
+            if filename not in linecache.cache:
+                linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        drop_driver_frames(e, set())
+        return "".join(traceback.format_exception(type(e), e, e.__traceback__))
+
+    def summary(self):
+        return [{"name": name, "type": type(value).__name__, "size": size_of(value),
+                 "preview": preview(value)}
+                for name, value in list(self.ns.items())
+                if not (name[:2] == "__" == name[-2:] or isinstance(value, ModuleType))]
+
+    # -- calls to the host
+
+    def call(self, kind, args):
+        """Sends a call event and returns the reply's results list; the timer stands still."""
+        line = '{"ev":"call","id":%s,"kind":"%s","args":%s}\n' % (
+            encode(self.request_id), kind, to_json(args, f"{kind} arguments"))
+        with self.io_lock:
+            if not self.running:
+                raise RuntimeError(f"{kind} can only be used while a block runs")
+            self.in_protocol = True
+            left = signal.setitimer(signal.ITIMER_REAL, 0)[0]
+            try:
+                self.transport.send(line)
+                return self.await_reply()
+            finally:
+                self.in_protocol = False
+                if self.late_alarm:  # re-fire at once, so it lands in the main thread
+                    self.late_alarm = False
+                    left = 1e-6
+                if left > 0:
+                    signal.setitimer(signal.ITIMER_REAL, left)
+
+    def await_reply(self):
+        while True:
+            req = self.next_request()
+            if req is None:
+                continue
+            if req.get("op") == "reply" and req.get("id") == self.request_id:
+                if req.get("error") is not None:
+                    raise RuntimeError(str(req["error"]))
+                results = req.get("results")
+                if not isinstance(results, list):
+                    raise RuntimeError("the host's reply carries no results list")
+                return results
+            self.transport.send(error_line(
+                f"code is waiting for the reply to call {self.request_id!r}; "
+                f"got {req.get('op')!r} (id {req.get('id')!r})"))
+
+
+def expect_count(results, n, kind):
+    if len(results) != n:
+        raise RuntimeError(f"the host answered {kind} with {len(results)} results instead of {n}")
+    return results
+
+
+def check_text(value, what):
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+
+
+def make_helpers(session):
+    """The functions user code sees as builtins; they close over the session."""
+
+    def SUBMIT(*values, **fields):
+        """Ends the block and hands fields to the host; values take the output names in order."""
+        names = session.output_names
+        if len(values) > len(names):
+            raise TypeError(f"SUBMIT got {len(values)} positional values but the output "
+                            f"fields are {names}")
+        merged = dict(zip(names, values))
+        for name, value in fields.items():
+            if name in merged:
+                raise TypeError(f"SUBMIT got field {name!r} twice")
+            merged[name] = value
+        raise Submitted({name: to_json(value, f"SUBMIT field {name!r}")
+                         for name, value in merged.items()})
+
+    def llm_query(prompt, model=None):
+        """Asks a language model; returns its answer text."""
+        check_text(prompt, "llm_query: prompt")
+        results = session.call("llm_query", {"prompt": prompt, "model": model})
+        return expect_count(results, 1, "llm_query")[0]
+
+    def llm_query_batched(prompts, model=None):
+        """Asks a language model many prompts at once; returns the answers in order."""
+        prompts = list(prompts)
+        for i, prompt in enumerate(prompts):
+            check_text(prompt, f"llm_query_batched: prompts[{i}]")
+        results = session.call("llm_query_batched", {"prompts": prompts, "model": model})
+        return expect_count(results, len(prompts), "llm_query_batched")
+
+    def rlm_query(task, context=None):
+        """Hands a task (and optional JSON context) to a child RLM; returns its answer."""
+        check_text(task, "rlm_query: task")
+        results = session.call("rlm_query", {"task": task, "context": context})
+        return expect_count(results, 1, "rlm_query")[0]
+
+    def add_buffer(name, value):
+        """Appends value to the named buffer."""
+        session.buffers.setdefault(name, []).append(value)
+
+    def get_buffer(name):
+        """The named buffer (a list; empty when nothing was added)."""
+        return session.buffers.setdefault(name, [])
+
+    def clear_buffer(name=None):
+        """Empties one buffer, or all of them."""
+        if name is None:
+            session.buffers.clear()
+        else:
+            session.buffers.pop(name, None)
+
+    def SHOW_VARS():
+        """Prints the user's variables: name, type, size and a short preview."""
+        rows = session.summary()
+        if not rows:
+            print("(no variables)")
+        for row in rows:
+            size = "" if row["size"] is None else f", size {row['size']}"
+            print(f"{row['name']} ({row['type']}{size}): {row['preview']}")
+
+    return {f.__name__: f for f in (SUBMIT, llm_query, llm_query_batched, rlm_query,
+                                    add_buffer, get_buffer, clear_buffer, SHOW_VARS)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points
+
+USAGE = ("usage: driver.py [--stdio] | --serve PATH | "
+         "--client PATH (--request-file FILE | --request-b64 B64)")
+
+
+def parse_args(argv):
+    opts = {}
+    args = iter(argv)
+    for arg in args:
+        if arg == "--stdio":
+            continue
+        if arg not in ("--serve", "--client", "--request-file", "--request-b64"):
+            raise ValueError(f"unknown argument {arg!r}")
+        value = next(args, None)
+        if value is None:
+            raise ValueError(f"{arg} needs a value")
+        opts[arg] = value
+    if "--client" in opts and ("--request-file" in opts) == ("--request-b64" in opts):
+        raise ValueError("--client needs one of --request-file or --request-b64")
+    return opts
+
+
+def client(path, opts):
+    import socket
+    if "--request-file" in opts:
+        with open(opts["--request-file"], "rb") as f:
+            request = f.read()
+    else:
+        import binascii
+        request = binascii.a2b_base64(opts["--request-b64"])
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError as e:
+        sys.stderr.write(f"rlm driver client: no driver is listening at {path} ({e.strerror})\n")
+        return 2
+    sock.sendall(request.rstrip(b"\n") + b"\n")
+    line = recv_line(sock)
+    if not line:
+        sys.stderr.write(f"rlm driver client: the driver at {path} closed without an answer\n")
+        return 2
+    sys.stdout.buffer.write(line + b"\n")
+    sys.stdout.flush()
+    return 0
+
+
+def main(argv):
+    try:
+        opts = parse_args(argv)
+    except ValueError as e:
+        sys.stderr.write(f"rlm driver: {e}\n{USAGE}\n")
+        return 2
+    if "--client" in opts:
+        return client(opts["--client"], opts)
+    real_err = os.dup(2)
+    real_out = os.dup(1)
+    if "--serve" in opts:
+        transport = SocketServer(opts["--serve"])
+    else:
+        transport = Stdio(os.dup(0), real_out)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.path[0] = ""  # user imports see the working directory first, as under -c
+    sys.stdout.reconfigure(encoding="utf-8")  # the captures are decoded as UTF-8
+    sys.stderr.reconfigure(encoding="utf-8")
+    session = Session(transport)
+    python = "%d.%d.%d" % sys.version_info[:3]
+    write_all(real_out, ('{"ev":"ready","pid":%d,"python":"%s"}\n' % (os.getpid(), python)).encode())
+    try:
+        session.serve_forever()
+    except Exception:
+        import traceback
+        write_all(real_err, ("rlm driver crashed:\n" + traceback.format_exc()).encode("utf-8", "replace"))
+        transport.close()
+        return 70
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,31 @@
+--- The `rlm` module: the public Lua API. Submodules load on first use, so `require "rlm"` is
+-- cheap and a script pays only for what it touches.
+--
+--   rlm.interpreter{...}   a Python sandbox (rlm.interpreter)
+--   rlm.pool{size=, ...}   many sandboxes for stateless snippets (rlm.pool)
+--   rlm.run{task=, ...}    the RLM loop (rlm.run)
+--   rlm.json, rlm.sys, rlm.async, rlm.http, rlm.registry   the modules of the same names
+local M = {}
+
+-- Entry points that are one function of a submodule.
+local FUNCTIONS = {
+  interpreter = {"rlm.interpreter", "new"},
+  pool = {"rlm.pool", "new"},
+  run = {"rlm.run", "run"},
+}
+
+local MODULES = {json = true, sys = true, async = true, http = true, registry = true}
+
+return setmetatable(M, {__index = function(t, name)
+  local value
+  local fn = FUNCTIONS[name]
+  if fn then
+    value = require(fn[1])[fn[2]]
+  elseif MODULES[name] then
+    value = require("rlm." .. name)
+  else
+    return nil
+  end
+  rawset(t, name, value)
+  return value
+end})

@@ -1,0 +1,374 @@
+--- The interpreter: a Python sandbox that keeps its state between execute() calls.
+--
+--   local interp <close> = require("rlm").interpreter{backend = "local", timeout = 900, ...}
+--   local out, run = interp:execute("SUBMIT(answer=6*7)")     -- out.answer == 42
+--
+-- Policy lives here (protocol, timeouts, restarts, the call handler, the registry); a backend
+-- only moves bytes and manages processes or remote sandboxes.
+--
+-- ## The backend contract (lua/rlm/backend/<name>.lua; `local` is the reference)
+--   backend.check(opts)            optional; raises a clear error when the backend cannot work
+--                                  (tools missing, no credentials). Creates nothing.
+--   backend.options                optional set of extra option names the backend accepts.
+--   backend.create(opts) -> sb     makes the sandbox: workspace, volume at /home/daytona/memory,
+--                                  repo_url/repo_ref staged at workspace/repo, context_paths under
+--                                  workspace/context/. Raises on failure and leaves nothing behind.
+--   sb.id                          a printable identifier (registry, logs).
+--   sb:start_driver()              starts lua/rlm/driver.py (require("rlm.core.host")
+--                                  .resource("lua/rlm/driver.py"); its docstring is the wire
+--                                  protocol); the driver's first line is its `ready` event,
+--                                  read with sb:request(nil, timeout). Raises.
+--   sb:request(req, timeout)       writes one JSON request line (req may be nil: only read) and
+--     -> event | nil, err, kind    returns the next event as a table. kind: "timeout" (nothing
+--                                  in time; the driver may still run), "dead" (the driver is
+--                                  gone), "protocol" (a line that is not JSON). Must wait through
+--                                  rlm.async so other tasks keep running.
+--   sb:kill_driver()               stops the driver at once; start_driver() may follow.
+--   sb:upload(path, data) -> true | nil, err          paths are sandbox paths; relative ones are
+--   sb:download(path) -> data | nil, err              under /home/daytona/workspace
+--   sb:list(dir) -> {{path=, type=, size=}, ...} | nil, err   recursive, sorted
+--   sb:shell(cmd, timeout) -> {exit=, output=} | nil, err
+--   sb:driver_pid()                optional: the driver's pid where that means something.
+--   sb:destroy()                   idempotent; must not yield (it runs from finalisers too).
+--
+-- ## The run table returned by execute()
+--   stdout, stderr        text (huge output keeps head and tail around a "[N characters cut]"
+--                         line; the driver cuts it, see max_output_chars)
+--   error                 "ZeroDivisionError: division by zero", or nil
+--   traceback             the Python traceback text when error is set
+--   exit                  0 when the code finished without error, 1 otherwise
+--   duration              seconds, host-measured
+--   timed_out             true when execute_timeout stopped the code
+--   state_lost            true when the driver had to be restarted: globals and buffers are gone
+--   variables             {{name=, type=, size=, preview=}, ...}: the user's globals
+--   stdout_chars          the full length of stdout before truncation
+local json = require "rlm.json"
+local registry = require "rlm.registry"
+local sys = require "rlm.sys"
+
+local M = {}
+
+M.backends = {["local"] = "rlm.backend.local", daytona = "rlm.backend.daytona"}
+
+M.defaults = {backend = "local", timeout = 900, max_output_chars = 10000, network = false}
+
+local OPTIONS = {backend = true, timeout = true, execute_timeout = true, volume_name = true,
+                 repo_url = true, repo_ref = true, context_paths = true, env = true,
+                 network = true, on_call = true, max_output_chars = true, start_timeout = true}
+
+-- Seconds the host waits past the driver's own timeout before it kills the driver: the driver
+-- stops a runaway block itself; this only catches code that ignores signals.
+local BACKSTOP = 1.0
+local START_TIMEOUT = 30
+
+local NO_HANDLER = "llm_query is not available: no model configured"
+
+local Interp = {}
+Interp.__index = Interp
+
+local function load_backend(name)
+  local module = M.backends[name]
+  if not module then
+    local names = {}
+    for k in pairs(M.backends) do names[#names + 1] = k end
+    table.sort(names)
+    error(("unknown backend %q (known: %s)"):format(tostring(name), table.concat(names, ", ")), 3)
+  end
+  local ok, backend = pcall(require, module)
+  if not ok then
+    error(("the %s backend is not available: %s"):format(name, tostring(backend)), 3)
+  end
+  return backend
+end
+
+local function check_env(env)
+  if env == nil then return end
+  if type(env) ~= "table" then error("env must be a table of name = value strings", 3) end
+  for k, v in pairs(env) do
+    if type(k) ~= "string" or (type(v) ~= "string" and type(v) ~= "number") then
+      error("env must map names to strings", 3)
+    end
+    if k:upper():match("API_KEY$") then
+      error(("env: %s looks like an API key; keys stay on the host (sandboxed code reaches " ..
+             "models through llm_query)"):format(k), 3)
+    end
+  end
+end
+
+local function validate(opts, backend)
+  for k in pairs(opts) do
+    if not OPTIONS[k] and not (backend.options and backend.options[k]) then
+      error(("unknown interpreter option %q"):format(tostring(k)), 3)
+    end
+  end
+  for _, k in ipairs{"timeout", "execute_timeout", "start_timeout"} do
+    if opts[k] ~= nil and (type(opts[k]) ~= "number" or opts[k] <= 0) then
+      error(("%s must be a positive number"):format(k), 3)
+    end
+  end
+  local limit = opts.max_output_chars
+  if math.type(limit) ~= "integer" or limit < 2 then
+    error("max_output_chars must be an integer >= 2", 3)
+  end
+  if opts.on_call ~= nil and type(opts.on_call) ~= "function" then
+    error("on_call must be a function(kind, args) -> results | nil, err", 3)
+  end
+  check_env(opts.env)
+end
+
+--- Creates an interpreter (nothing is started until start() or the first execute()).
+function M.new(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then error("rlm.interpreter takes a table of options", 2) end
+  local merged = {}
+  for k, v in pairs(M.defaults) do merged[k] = v end
+  for k, v in pairs(opts) do merged[k] = v end
+  local backend = load_backend(merged.backend)
+  validate(merged, backend)
+  if backend.check then backend.check(merged) end
+  merged.execute_timeout = merged.execute_timeout or merged.timeout
+  return setmetatable({opts = merged, backend = backend, on_call = merged.on_call}, Interp)
+end
+
+local function closed_error()
+  error("this interpreter has been shut down", 3)
+end
+
+--- Starts the sandbox and its driver; a no-op when it runs already. Raises on failure, leaving
+-- nothing half-created.
+function Interp:start()
+  if self.closed then closed_error() end
+  if self.sandbox then return self end
+  local sb = self.backend.create(self.opts)
+  registry.add(sb)
+  local ok, err = pcall(self.launch, self, sb)
+  if not ok then
+    registry.remove(sb)
+    sb:destroy()
+    error(err, 2)
+  end
+  self.sandbox = sb
+  self.started_at = sys.now()
+  return self
+end
+
+-- Starts the driver in sb and waits for its ready event.
+function Interp:launch(sb)
+  sb:start_driver()
+  local ev, err = sb:request(nil, self.opts.start_timeout or START_TIMEOUT)
+  if not ev or ev.ev ~= "ready" then
+    sb:kill_driver()
+    error("the sandbox did not start: " .. (err or ("unexpected first event " .. json.encode(ev))), 0)
+  end
+end
+
+-- Replaces a dead or stuck driver with a fresh one (same workspace and volume).
+function Interp:restart_driver()
+  local sb = self.sandbox
+  sb:kill_driver()
+  self:launch(sb)
+end
+
+local function value(v)
+  if v == json.null then return nil end
+  return v
+end
+
+-- Builds the run table from a done event.
+function Interp:finish(ev, started)
+  local err = value(ev.error)
+  local run = {
+    stdout = value(ev.stdout) or "", stderr = value(ev.stderr) or "",
+    error = err, traceback = value(ev.traceback),
+    exit = err and 1 or 0, duration = sys.now() - started,
+    timed_out = ev.timed_out == true, state_lost = false,
+    variables = value(ev.variables), stdout_chars = value(ev.stdout_chars),
+    stderr_chars = value(ev.stderr_chars),
+  }
+  return value(ev.submitted), run
+end
+
+-- Answers one call event through the handler; returns the reply request.
+function Interp:answer(ev)
+  local handler = self.on_call
+  local results, err
+  if not handler then
+    err = NO_HANDLER
+  else
+    local ok, r, e = pcall(handler, ev.kind, ev.args or {})
+    if not ok then
+      err = "the host failed to answer " .. tostring(ev.kind) .. ": " .. tostring(r)
+    else
+      results, err = r, e
+    end
+  end
+  if err ~= nil then return {op = "reply", id = ev.id, error = tostring(err)} end
+  if type(results) ~= "table" then
+    return {op = "reply", id = ev.id, error = tostring(ev.kind) .. " got no results from the host"}
+  end
+  return {op = "reply", id = ev.id, results = json.array(results)}
+end
+
+-- A run for code that never finished: the driver was killed and restarted.
+function Interp:lost(started, why, timed_out)
+  local run = {stdout = "", stderr = "", error = why, exit = 1, duration = sys.now() - started,
+               timed_out = timed_out, state_lost = true, stdout_chars = 0}
+  local ok, err = pcall(self.restart_driver, self)
+  if not ok then
+    self:shutdown()
+    error(why .. "; restarting the sandbox failed: " .. tostring(err), 0)
+  end
+  return nil, run
+end
+
+--- Runs code; returns out (the SUBMIT fields, or nil) and the run table (see the top).
+-- variables: name -> JSON value, set as Python globals first. opts: timeout (seconds),
+-- output_names (the fields the caller expects from SUBMIT; passed on to the driver).
+function Interp:execute(code, variables, opts)
+  if self.closed then closed_error() end
+  if type(code) ~= "string" then error("execute: code must be a string", 2) end
+  if variables ~= nil and type(variables) ~= "table" then
+    error("execute: variables must be a table of name = JSON value", 2)
+  end
+  if self.busy then error("this interpreter is already running code (one execute at a time)", 2) end
+  if not self.sandbox then self:start() end
+  opts = opts or {}
+  local timeout = opts.timeout or self.opts.execute_timeout
+  local left = self.opts.timeout - (sys.now() - self.started_at)
+  if left <= 0 then
+    error(("the sandbox's lifetime (timeout = %g s) is over; create a new interpreter"):format(
+      self.opts.timeout), 2)
+  end
+  timeout = math.min(timeout, left)
+  self.request_id = (self.request_id or 0) + 1
+  local req = {op = "execute", id = self.request_id, code = code, timeout = timeout,
+               max_output_chars = self.opts.max_output_chars}
+  if variables and next(variables) ~= nil then
+    local encodable, err = pcall(json.encode, variables)
+    if not encodable then error("execute: variables must be JSON values: " .. tostring(err), 2) end
+    req.variables = json.object(variables)
+  end
+  if opts.output_names then req.output_names = json.array(opts.output_names) end
+  local lost = self.stale
+  if lost then
+    self.stale = false
+    self:restart_driver()
+  end
+  self.busy = true
+  local ok, out, run = pcall(self.exchange, self, req, timeout)
+  self.busy = false
+  if not ok then
+    -- Interrupted mid-dialogue (an interrupt, a protocol fault): the driver may still be
+    -- running that code, so it is replaced before the next use.
+    if self.sandbox then
+      self.sandbox:kill_driver()
+      self.stale = true
+    end
+    error(out, 0)
+  end
+  if lost then run.state_lost = true end
+  return out, run
+end
+
+-- The request/event dialogue of one execute: calls are answered until the code is done.
+function Interp:exchange(req, timeout)
+  local sb = self.sandbox
+  local id = req.id
+  local started = sys.now()
+  local spent_in_calls = 0
+  while true do
+    local wait = timeout - (sys.now() - started - spent_in_calls) + BACKSTOP
+    local ev, err, kind = sb:request(req, math.max(wait, 0.05))
+    if not ev then
+      if kind == "timeout" then
+        return self:lost(started, ("TimeoutError: the code ran past execute_timeout (%g s) " ..
+          "and the sandbox was restarted"):format(timeout), true)
+      end
+      return self:lost(started, "SandboxError: " .. err .. " (state was lost; the sandbox was restarted)",
+                       false)
+    end
+    if ev.ev == "done" and ev.id == id then
+      return self:finish(ev, started)
+    elseif ev.ev == "call" and ev.id == id then
+      local t0 = sys.now()
+      req = self:answer(ev)
+      spent_in_calls = spent_in_calls + (sys.now() - t0)
+    elseif ev.ev == "error" then
+      -- The driver refused the request itself (a bug on our side, not the user's code).
+      error("the sandbox's driver rejected the request: " .. tostring(ev.message), 0)
+    else
+      return self:lost(started, "SandboxError: unexpected event " .. json.encode(ev), false)
+    end
+  end
+end
+
+--- Clears the Python state (globals, imports, buffers); files stay.
+function Interp:reset()
+  if self.closed then closed_error() end
+  if not self.sandbox then return self:start() end
+  if self.busy then error("this interpreter is running code; reset after it finishes", 2) end
+  local ev = not self.stale and self.sandbox:request({op = "reset"}, 10)
+  if not ev or ev.ev ~= "reset" then
+    -- A fresh driver is the most thorough reset there is.
+    self.stale = false
+    self:restart_driver()
+  end
+  return self
+end
+
+local function sandbox_of(self)
+  if self.closed then closed_error() end
+  if not self.sandbox then self:start() end
+  return self.sandbox
+end
+
+--- Writes data to a sandbox path (relative paths are under the workspace). Raises on failure.
+function Interp:upload(path, data)
+  if type(data) ~= "string" then error("upload: data must be a string", 2) end
+  local ok, err = sandbox_of(self):upload(path, data)
+  if not ok then error("upload " .. tostring(path) .. ": " .. tostring(err), 2) end
+  return true
+end
+
+--- A file's bytes, or nil, err.
+function Interp:download(path)
+  return sandbox_of(self):download(path)
+end
+
+--- Entries under dir (default the workspace), recursively: {{path=, type=, size=}, ...} | nil, err.
+function Interp:files(dir)
+  return sandbox_of(self):list(dir)
+end
+
+--- Runs a shell command in the sandbox: {exit=, output=} | nil, err.
+function Interp:shell(cmd, timeout)
+  return sandbox_of(self):shell(cmd, timeout)
+end
+
+--- The driver's pid on this host (local backend), for diagnostics.
+function Interp:pid()
+  local sb = self.sandbox
+  return sb and sb.driver_pid and sb:driver_pid()
+end
+
+--- Ends the sandbox; idempotent. Also runs on <close>, on error paths and when collected.
+function Interp:shutdown()
+  self.closed = true
+  local sb = self.sandbox
+  self.sandbox = nil
+  if sb then
+    registry.remove(sb)
+    sb:destroy()
+  end
+end
+
+Interp.__close = Interp.shutdown
+Interp.__gc = Interp.shutdown
+Interp.__name = "rlm.interpreter"
+
+function Interp:__tostring()
+  return ("rlm.interpreter(%s, %s)"):format(self.opts.backend,
+    self.sandbox and self.sandbox.id or (self.closed and "closed" or "not started"))
+end
+
+return M

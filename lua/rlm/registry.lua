@@ -1,0 +1,34 @@
+--- Every live sandbox, in one place: shutdown, <close>, finalisers and the CLI's interrupt path
+-- all clean up through here, so nothing outlives the program that made it.
+local M = {}
+
+local live = {}      -- sandbox -> true; strong, so a sandbox is only forgotten when destroyed
+
+function M.add(sandbox)
+  live[sandbox] = true
+end
+
+function M.remove(sandbox)
+  live[sandbox] = nil
+end
+
+--- The live sandboxes, as a list.
+function M.list()
+  local out = {}
+  for sb in pairs(live) do out[#out + 1] = sb end
+  return out
+end
+
+--- Destroys every live sandbox; returns how many. Failures are collected, not raised, so one
+-- broken sandbox cannot keep the others alive.
+function M.cleanup_all()
+  local n, errors = 0, {}
+  for sb in pairs(live) do
+    live[sb] = nil
+    local ok, err = pcall(sb.destroy, sb)
+    if ok then n = n + 1 else errors[#errors + 1] = tostring(err) end
+  end
+  return n, errors
+end
+
+return M

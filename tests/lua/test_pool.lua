@@ -1,0 +1,53 @@
+-- The pool: many sandboxes, snippets in input order, stateless, broken sandboxes replaced.
+local T = require "support"
+local sys = require "rlm.sys"
+local rlm = require "rlm"
+local registry = require "rlm.registry"
+
+local tests = {}
+
+tests["8 sandboxes map 100 snippets in order; a crashed one is replaced"] = function()
+  local live = #registry.list()
+  local pool = rlm.pool{size = 8}
+  T.defer(function() pool:shutdown() end)
+  local codes = {}
+  for k = 1, 100 do codes[k] = ("SUBMIT(i=%d, sq=%d * %d)"):format(k, k, k) end
+  codes[37] = "import os\nos._exit(3)"
+  codes[50] = "1/0"
+  local t0 = sys.now()
+  local results = pool:map(codes)
+  local took = sys.now() - t0
+  T.eq(#results, 100)
+  for k = 1, 100 do
+    local out, run = results[k][1], results[k][2]
+    if k == 37 then
+      T.eq(out, nil)
+      T.truthy(run.state_lost, "snippet 37 lost its sandbox")
+      T.contains(run.error, "SandboxError")
+    elseif k == 50 then
+      T.eq(run.error, "ZeroDivisionError: division by zero")
+    else
+      T.eq(out, {i = k, sq = k * k}, "snippet " .. k)
+    end
+  end
+  T.truthy(pool.replaced >= 1, "the crashed sandbox was replaced")
+  T.eq(#registry.list(), live + 8, "still 8 sandboxes")
+  T.truthy(took < 10, ("took %.2f s"):format(took))
+  pool:shutdown()
+  T.eq(#registry.list(), live)
+end
+
+tests["snippets do not see each other's state"] = function()
+  local pool <close> = rlm.pool{size = 2}
+  local codes = {}
+  for k = 1, 10 do codes[k] = "seen = 'leak' in globals()\nleak = 1\nSUBMIT(seen=seen)" end
+  for k, r in ipairs(pool:map(codes)) do T.eq(r[1], {seen = false}, "snippet " .. k) end
+end
+
+tests["pool options are checked up front"] = function()
+  T.raises(function() rlm.pool{size = 0} end, "positive integer")
+  T.raises(function() rlm.pool{bwrap = "/nonexistent/bwrap"} end, "sudo apt-get install bubblewrap python3")
+  T.raises(function() rlm.pool{nonsense = 1} end, "unknown interpreter option")
+end
+
+return tests

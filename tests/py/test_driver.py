@@ -1,0 +1,548 @@
+"""Tests of lua/rlm/driver.py, started the way the host starts it: python3 -u -c <source>."""
+import base64
+import json
+import os
+import select
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+import unittest
+
+# The Python that runs the driver; set RLM_TEST_PYTHON to check another version (3.9+).
+PYTHON = os.environ.get("RLM_TEST_PYTHON", "/usr/bin/python3")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+with open(os.path.join(ROOT, "lua", "rlm", "driver.py"), encoding="utf-8") as _f:
+    SOURCE = _f.read()
+WAIT = 10.0  # seconds before a test gives up on an event instead of hanging
+
+
+def read_line(stream, timeout=WAIT):
+    """One line from a pipe, or AssertionError when none comes in time."""
+    ready, _, _ = select.select([stream], [], [], timeout)
+    if not ready:
+        raise AssertionError(f"no line from the driver within {timeout} s")
+    return stream.readline()
+
+
+class Driver:
+    """A driver over stdio, as the local backend runs it."""
+
+    def __init__(self):
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen([PYTHON, "-u", "-c", SOURCE, "--stdio"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, bufsize=0)
+        self.ready = json.loads(read_line(self.proc.stdout))
+        self.start_seconds = time.perf_counter() - self.started
+        self.next_id = 0
+        self.raw = None
+
+    def send(self, req):
+        self.proc.stdin.write((json.dumps(req) + "\n").encode())
+
+    def event(self, timeout=WAIT):
+        self.raw = read_line(self.proc.stdout, timeout)
+        if not self.raw:
+            raise AssertionError("the driver exited: " + self.proc.stderr.read().decode())
+        return json.loads(self.raw)
+
+    def request(self, req, timeout=WAIT):
+        self.send(req)
+        return self.event(timeout)
+
+    def start(self, code, **fields):
+        """Sends an execute; returns its id (the first event is read by the caller)."""
+        self.next_id += 1
+        self.send(dict(op="execute", id=self.next_id, code=code, **fields))
+        return self.next_id
+
+    def execute(self, code, **fields):
+        rid = self.start(code, **fields)
+        ev = self.event()
+        assert ev["ev"] == "done" and ev["id"] == rid, ev
+        return ev
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            f.close()
+
+
+class DriverTest(unittest.TestCase):
+    def setUp(self):
+        self.d = Driver()
+        self.addCleanup(self.d.close)
+
+    def run_ok(self, code, **fields):
+        ev = self.d.execute(code, **fields)
+        self.assertIsNone(ev["error"], ev["traceback"])
+        return ev
+
+
+class TestBasics(DriverTest):
+    def test_ready_event_and_start_time(self):
+        ready = self.d.ready
+        self.assertEqual(ready["ev"], "ready")
+        self.assertEqual(ready["pid"], self.d.proc.pid)
+        self.assertRegex(ready["python"], r"^3\.\d+\.\d+$")
+        times = [self.d.start_seconds]
+        for _ in range(4):
+            other = Driver()
+            times.append(other.start_seconds)
+            other.close()
+        print(f"\n  driver start to ready: median {statistics.median(times) * 1000:.1f} ms "
+              f"over {len(times)} starts")
+        self.assertLess(min(times), 2.0)
+
+    def test_state_persists_across_executes(self):
+        self.run_ok("import math\nx = 20\ndef twice(v):\n    return 2 * v")
+        ev = self.run_ok("twice(x) + int(math.sqrt(4))")
+        self.assertEqual(ev["stdout"], "42\n")
+
+    def test_last_expression_echo(self):
+        self.assertEqual(self.run_ok("None")["stdout"], "")
+        self.assertEqual(self.run_ok("print('a')")["stdout"], "a\n")
+        self.assertEqual(self.run_ok("x = 'q'\nx")["stdout"], "'q'\n")
+        self.assertEqual(self.run_ok("for i in range(2):\n    i")["stdout"], "")
+
+    def test_variables_injection_and_summary(self):
+        ev = self.run_ok("import os\n__hidden__ = 1\nprint(context[:3], n * 2)\n_private = [1, 2]",
+                         variables={"context": "abcdef" * 100, "n": 21, "big": list(range(100000))})
+        self.assertEqual(ev["stdout"], "abc 42\n")
+        rows = {v["name"]: v for v in ev["variables"]}
+        self.assertEqual(set(rows), {"context", "n", "big", "_private"})
+        self.assertEqual(rows["context"]["type"], "str")
+        self.assertEqual(rows["context"]["size"], 600)
+        self.assertLessEqual(len(rows["context"]["preview"]), 100)
+        self.assertTrue(rows["context"]["preview"].startswith("'abcdefabcdef"))
+        self.assertEqual(rows["n"], {"name": "n", "type": "int", "size": None, "preview": "21"})
+        self.assertEqual(rows["big"]["size"], 100000)
+        self.assertTrue(rows["big"]["preview"].startswith("[0, 1, 2"))
+        self.assertEqual(rows["_private"]["preview"], "[1, 2]")
+
+    def test_summary_stays_fast_for_huge_containers(self):
+        self.run_ok("d = {str(i): i for i in range(1_000_000)}\ns = set(range(1_000_000))")
+        started = time.perf_counter()
+        ev = self.run_ok("pass")
+        self.assertLess(time.perf_counter() - started, 0.1)
+        rows = {v["name"]: v for v in ev["variables"]}
+        self.assertEqual(rows["d"]["size"], 1_000_000)
+        self.assertLessEqual(len(rows["d"]["preview"]), 100)
+
+    def test_show_vars(self):
+        ev = self.run_ok("answer = 42\nitems = [1, 2, 3]\nSHOW_VARS()")
+        self.assertEqual(ev["stdout"], "answer (int): 42\nitems (list, size 3): [1, 2, 3]\n")
+
+    def test_ping_and_bad_requests_keep_serving(self):
+        self.assertEqual(self.d.request({"op": "ping"}), {"ev": "pong"})
+        ev = self.d.request({"op": "nope"})
+        self.assertEqual(ev["ev"], "error")
+        self.assertIn("nope", ev["message"])
+        self.d.proc.stdin.write(b"{not json\n")
+        self.assertEqual(self.d.event()["ev"], "error")
+        self.assertEqual(self.d.request({"op": "execute", "id": 1, "code": 5})["ev"], "error")
+        self.assertEqual(self.d.request({"op": "reply", "id": 1, "results": []})["ev"], "error")
+        self.assertEqual(self.run_ok("1 + 1")["stdout"], "2\n")
+
+    def test_shutdown_and_eof_exit_zero(self):
+        self.assertEqual(self.d.request({"op": "shutdown"}), {"ev": "bye"})
+        self.assertEqual(self.d.proc.wait(WAIT), 0)
+        other = Driver()
+        self.addCleanup(other.close)
+        other.proc.stdin.close()
+        self.assertEqual(other.proc.wait(WAIT), 0)
+        waiting = Driver()
+        self.addCleanup(waiting.close)
+        waiting.start("llm_query('never answered')")
+        self.assertEqual(waiting.event()["ev"], "call")
+        waiting.proc.stdin.close()
+        self.assertEqual(waiting.proc.wait(WAIT), 0)
+
+
+class TestOutput(DriverTest):
+    def test_print_and_subprocess_output_are_captured(self):
+        ev = self.run_ok("import os, subprocess\nprint('a')\nos.system('echo hi')\n"
+                         "subprocess.run(['sh', '-c', 'echo err >&2'])\nprint('b')")
+        self.assertEqual(ev["stdout"], "a\nhi\nb\n")
+        self.assertEqual(ev["stderr"], "err\n")
+        self.assertEqual(ev["stdout_chars"], 7)
+
+    def test_stderr(self):
+        ev = self.run_ok("import sys\nsys.stderr.write('oops\\n')\nprint('fine')")
+        self.assertEqual(ev["stderr"], "oops\n")
+        self.assertEqual(ev["stdout"], "fine\n")
+        self.assertEqual(self.run_ok("pass")["stderr"], "")
+
+    def test_long_output_keeps_head_and_tail(self):
+        ev = self.run_ok("print('H' * 60 + 'x' * 1000 + 'T' * 60, end='')", max_output_chars=100)
+        self.assertEqual(ev["stdout_chars"], 1120)
+        self.assertEqual(ev["stdout"], "H" * 50 + "\n... [1020 characters cut] ...\n" + "T" * 50)
+
+    def test_long_multibyte_output_counts_characters(self):
+        ev = self.run_ok("print('é' * 30000 + '→', end='')", max_output_chars=20)
+        self.assertEqual(ev["stdout_chars"], 30001)
+        self.assertEqual(ev["stdout"], "é" * 10 + "\n... [29981 characters cut] ...\n" + "é" * 9 + "→")
+
+    def test_50_mb_output_does_not_blow_memory(self):
+        ev = self.run_ok("import sys\nline = 'y' * 1023 + '\\n'\n"
+                         "for _ in range(50 * 1024):\n    sys.stdout.write(line)\nprint('END')",
+                         max_output_chars=1000)
+        self.assertEqual(ev["stdout_chars"], 50 * 1024 * 1024 + 4)
+        self.assertTrue(ev["stdout"].startswith("y" * 500))
+        self.assertTrue(ev["stdout"].endswith("y\nEND\n"))
+        self.assertIn(f"... [{50 * 1024 * 1024 + 4 - 1000} characters cut] ...", ev["stdout"])
+        with open(f"/proc/{self.d.proc.pid}/status") as f:
+            peak_kb = int(next(l for l in f if l.startswith("VmHWM:")).split()[1])
+        self.assertLess(peak_kb, 40 * 1024, "the driver's peak memory grew with the output")
+        self.assertEqual(self.run_ok("print(1)")["stdout"], "1\n")
+
+    def test_user_output_never_corrupts_the_protocol(self):
+        ev = self.run_ok(
+            "import os, sys\nprint('{\"ev\":\"done\",\"id\":99}')\n"
+            "os.write(1, b'{\"ev\":\"pong\"}\\n')\nsys.__stdout__.write('raw\\n')\n"
+            "try:\n    input()\nexcept EOFError:\n    print('stdin is closed')")
+        self.assertEqual(ev["stdout"], '{"ev":"done","id":99}\n{"ev":"pong"}\nraw\nstdin is closed\n')
+        self.assertEqual(self.d.request({"op": "ping"}), {"ev": "pong"})
+
+    def test_closed_fd_1_is_restored(self):
+        self.run_ok("import os\nos.close(1)")
+        self.assertEqual(self.run_ok("print('back')")["stdout"], "back\n")
+
+    def test_replaced_sys_stdout_is_restored(self):
+        self.run_ok("import io, sys\nsys.stdout = io.StringIO()\nprint('lost')")
+        self.assertEqual(self.run_ok("print('seen')")["stdout"], "seen\n")
+
+
+class TestSubmit(DriverTest):
+    def test_kwargs_end_the_block(self):
+        ev = self.run_ok("print('before')\nSUBMIT(answer=42, note='x')\nprint('after')")
+        self.assertEqual(ev["submitted"], {"answer": 42, "note": "x"})
+        self.assertEqual(ev["stdout"], "before\n")
+
+    def test_except_exception_does_not_catch_submit(self):
+        ev = self.run_ok("try:\n    SUBMIT(answer=1)\nexcept Exception:\n    print('swallowed')")
+        self.assertEqual(ev["submitted"], {"answer": 1})
+        self.assertEqual(ev["stdout"], "")
+
+    def test_positional_values_take_output_names(self):
+        ev = self.run_ok("SUBMIT('x', [1, (2, 3)], extra=None)", output_names=["first", "second"])
+        self.assertEqual(ev["submitted"], {"first": "x", "second": [1, [2, 3]], "extra": None})
+        ev = self.run_ok("SUBMIT(7)")
+        self.assertEqual(ev["submitted"], {"answer": 7})
+        ev = self.d.execute("SUBMIT(1, 2)")
+        self.assertIn("TypeError: SUBMIT got 2 positional values", ev["error"])
+        ev = self.d.execute("SUBMIT(1, answer=2)")
+        self.assertEqual(ev["error"], "TypeError: SUBMIT got field 'answer' twice")
+
+    def test_non_serialisable_value_is_a_type_error(self):
+        ev = self.d.execute("SUBMIT(x={1, 2})")
+        self.assertEqual(ev["error"], "TypeError: SUBMIT field 'x' is not JSON-serialisable (set)")
+        self.assertIsNone(ev["submitted"])
+        self.assertIn("SUBMIT(x={1, 2})", ev["traceback"])
+        ev = self.run_ok("try:\n    SUBMIT(y=[object()])\nexcept TypeError as e:\n    print(e)")
+        self.assertEqual(ev["stdout"], "SUBMIT field 'y' is not JSON-serialisable (object)\n")
+        ev = self.d.execute("SUBMIT(z=float('nan'))")
+        self.assertTrue(ev["error"].startswith("TypeError: SUBMIT field 'z' is not JSON-serialisable"))
+
+    def test_bytes_are_sent_with_surrogate_escapes(self):
+        ev = self.run_ok("SUBMIT(raw=b'ok\\xff\\x80', text='h\\u00e9')")
+        self.assertIn('"raw":"ok\\udcff\\udc80"', self.d.raw.decode())
+        self.assertEqual(ev["submitted"]["raw"].encode("utf-8", "surrogateescape"), b"ok\xff\x80")
+        self.assertEqual(ev["submitted"]["text"], "hé")
+
+    def test_big_integers_stay_exact(self):
+        ev = self.run_ok("import math\nSUBMIT(answer=math.factorial(25), small=2**63 - 1)")
+        self.assertIn('"answer":15511210043330985984000000', self.d.raw.decode())
+        self.assertIn('"small":9223372036854775807', self.d.raw.decode())
+        self.assertEqual(ev["submitted"]["answer"], 15511210043330985984000000)
+
+    def test_final_variable(self):
+        ev = self.run_ok("Final = 'the answer'")
+        self.assertEqual(ev["submitted"], {"answer": "the answer"})
+        self.assertIsNone(self.run_ok("x = Final")["submitted"])
+        self.assertIsNone(self.d.execute("Final = 'late'\n1/0")["submitted"])
+        ev = self.d.execute("Final = {1}")
+        self.assertEqual(ev["error"], "TypeError: Final is not JSON-serialisable (set)")
+
+
+class TestErrors(DriverTest):
+    def test_exception_error_line_and_traceback(self):
+        self.run_ok("def f(x):\n    return x / 0")
+        ev = self.d.execute("y = 1\nf(y)")
+        self.assertEqual(ev["error"], "ZeroDivisionError: division by zero")
+        tb = ev["traceback"]
+        self.assertTrue(tb.startswith("Traceback (most recent call last):\n"), tb)
+        self.assertIn('File "<rlm-cell-2>", line 2, in <module>\n    f(y)', tb)
+        self.assertIn('File "<rlm-cell-1>", line 2, in f\n    return x / 0', tb)
+        self.assertNotIn("<string>", tb)
+        self.assertNotIn("driver", tb)
+        self.assertTrue(tb.rstrip().endswith("ZeroDivisionError: division by zero"))
+        self.assertEqual(self.run_ok("y")["stdout"], "1\n")
+
+    def test_chained_and_custom_exceptions(self):
+        ev = self.d.execute("class Oops(Exception):\n    pass\n"
+                            "try:\n    {}['k']\nexcept KeyError as e:\n    raise Oops('bad') from e")
+        self.assertEqual(ev["error"], "Oops: bad")
+        self.assertIn("KeyError: 'k'", ev["traceback"])
+        self.assertIn("direct cause", ev["traceback"])
+        self.assertEqual(self.d.execute("raise SystemExit(3)")["error"], "SystemExit: 3")
+        self.assertEqual(self.d.execute("raise KeyboardInterrupt")["error"], "KeyboardInterrupt")
+
+    def test_syntax_error_reports_the_line(self):
+        ev = self.d.execute("a = 1\nb = = 2\n")
+        self.assertEqual(ev["error"], "SyntaxError: invalid syntax (line 2)")
+        self.assertIn('"<rlm-cell-1>", line 2', ev["traceback"])
+        self.assertIn("b = = 2", ev["traceback"])
+        self.assertEqual(ev["variables"], [])
+
+    def test_timeout_stops_a_busy_loop_and_keeps_state(self):
+        self.run_ok("x = 5")
+        ev = self.d.execute("while True:\n    pass", timeout=0.3)
+        self.assertEqual(ev["error"], "TimeoutError: execution exceeded 0.3 seconds")
+        self.assertTrue(ev["timed_out"])
+        self.assertLess(ev["duration"], 2.0)
+        self.assertIn('File "<rlm-cell-2>", line', ev["traceback"])
+        ev = self.run_ok("x", timeout=5)
+        self.assertEqual(ev["stdout"], "5\n")
+        self.assertFalse(ev["timed_out"])
+
+    def test_timeout_interrupts_sleep(self):
+        self.run_ok("import time\nstate = 'kept'")
+        started = time.perf_counter()
+        ev = self.d.execute("time.sleep(100)", timeout=0.3)
+        self.assertLess(time.perf_counter() - started, 2.0)
+        self.assertEqual(ev["error"], "TimeoutError: execution exceeded 0.3 seconds")
+        self.assertEqual(self.run_ok("state")["stdout"], "'kept'\n")
+        # The timer is disarmed after a block that ends in time.
+        self.run_ok("pass", timeout=0.2)
+        time.sleep(0.3)
+        self.assertEqual(self.run_ok("time.sleep(0.05)")["error"], None)
+
+    def test_user_timeout_error_is_not_timed_out(self):
+        ev = self.d.execute("raise TimeoutError('mine')", timeout=5)
+        self.assertEqual(ev["error"], "TimeoutError: mine")
+        self.assertFalse(ev["timed_out"])
+
+
+class TestCalls(DriverTest):
+    def test_llm_query_round_trip(self):
+        rid = self.d.start("r = llm_query('What is 6*7?', model='small')\nprint(r)")
+        ev = self.d.event()
+        self.assertEqual(ev, {"ev": "call", "id": rid, "kind": "llm_query",
+                              "args": {"prompt": "What is 6*7?", "model": "small"}})
+        self.assertEqual(self.d.request({"op": "ping"}), {"ev": "pong"})
+        ev = self.d.request({"op": "reply", "id": rid, "results": ["42"]})
+        self.assertEqual(ev["ev"], "done")
+        self.assertEqual(ev["stdout"], "42\n")
+        self.assertIsNone(ev["error"])
+
+    def test_llm_query_error_reply(self):
+        rid = self.d.start("try:\n    llm_query('x')\nexcept RuntimeError as e:\n    print('caught', e)\n"
+                           "llm_query('y')")
+        self.assertEqual(self.d.event()["kind"], "llm_query")
+        ev = self.d.request({"op": "reply", "id": rid, "error": "budget exhausted"})
+        self.assertEqual(ev["ev"], "call")
+        self.assertEqual(ev["args"]["prompt"], "y")
+        ev = self.d.request({"op": "reply", "id": rid, "error": "still exhausted"})
+        self.assertEqual(ev["stdout"], "caught budget exhausted\n")
+        self.assertEqual(ev["error"], "RuntimeError: still exhausted")
+
+    def test_llm_query_batched_round_trip(self):
+        rid = self.d.start("out = llm_query_batched(['a', 'b', 'c'])\nprint(out)")
+        self.assertEqual(self.d.event(), {"ev": "call", "id": rid, "kind": "llm_query_batched",
+                                          "args": {"prompts": ["a", "b", "c"], "model": None}})
+        ev = self.d.request({"op": "reply", "id": rid, "results": ["A", "B", "C"]})
+        self.assertEqual(ev["stdout"], "['A', 'B', 'C']\n")
+
+    def test_llm_query_batched_error_and_wrong_count(self):
+        rid = self.d.start("llm_query_batched(['a', 'b'])")
+        self.d.event()
+        ev = self.d.request({"op": "reply", "id": rid, "error": "rate limited"})
+        self.assertEqual(ev["error"], "RuntimeError: rate limited")
+        rid = self.d.start("llm_query_batched(['a', 'b'])")
+        self.d.event()
+        ev = self.d.request({"op": "reply", "id": rid, "results": ["only one"]})
+        self.assertIn("1 results instead of 2", ev["error"])
+
+    def test_rlm_query_and_bad_arguments(self):
+        rid = self.d.start("print(rlm_query('summarise', context={'doc': 'text'}))")
+        self.assertEqual(self.d.event()["args"], {"task": "summarise", "context": {"doc": "text"}})
+        self.assertEqual(self.d.request({"op": "reply", "id": rid, "results": ["short"]})["stdout"],
+                         "short\n")
+        ev = self.d.execute("llm_query(42)")
+        self.assertEqual(ev["error"], "TypeError: llm_query: prompt must be a str, not int")
+        ev = self.d.execute("rlm_query('t', context={1, 2})")
+        self.assertEqual(ev["error"],
+                         "TypeError: rlm_query arguments is not JSON-serialisable (set)")
+
+    def test_wrong_request_while_waiting_for_a_reply(self):
+        rid = self.d.start("print(llm_query('q'))")
+        self.d.event()
+        self.assertEqual(self.d.request({"op": "execute", "id": 99, "code": "1"})["ev"], "error")
+        self.assertEqual(self.d.request({"op": "reply", "id": rid + 1, "results": ["x"]})["ev"],
+                         "error")
+        self.assertEqual(self.d.request({"op": "reply", "id": rid, "results": ["ok"]})["stdout"],
+                         "ok\n")
+
+    def test_waiting_for_a_reply_does_not_count_against_the_timeout(self):
+        rid = self.d.start("import time\nr = llm_query('slow')\ntime.sleep(0.1)\nprint(r)",
+                           timeout=0.4)
+        self.d.event()
+        time.sleep(0.6)
+        ev = self.d.request({"op": "reply", "id": rid, "results": ["done"]})
+        self.assertIsNone(ev["error"])
+        self.assertEqual(ev["stdout"], "done\n")
+        rid = self.d.start("r = llm_query('fast')\nwhile True:\n    pass", timeout=0.3)
+        self.d.event()
+        ev = self.d.request({"op": "reply", "id": rid, "results": ["x"]})
+        self.assertEqual(ev["error"], "TimeoutError: execution exceeded 0.3 seconds")
+
+    def test_calls_from_threads_are_serialised(self):
+        rid = self.d.start("from concurrent.futures import ThreadPoolExecutor\n"
+                           "with ThreadPoolExecutor(3) as pool:\n"
+                           "    out = list(pool.map(llm_query, ['a', 'b', 'c']))\nprint(sorted(out))")
+        for _ in range(3):
+            ev = self.d.event()
+            self.assertEqual(ev["kind"], "llm_query")
+            self.d.send({"op": "reply", "id": rid, "results": [ev["args"]["prompt"].upper()]})
+        ev = self.d.event()
+        self.assertEqual(ev["stdout"], "['A', 'B', 'C']\n")
+
+    def test_call_outside_a_block_fails_in_user_code(self):
+        self.run_ok("import threading, time\nerrors = []\n"
+                    "def late():\n    time.sleep(0.2)\n    try:\n        llm_query('x')\n"
+                    "    except RuntimeError as e:\n        errors.append(str(e))\n"
+                    "threading.Thread(target=late).start()")
+        time.sleep(0.4)
+        ev = self.run_ok("errors")
+        self.assertEqual(ev["stdout"], "['llm_query can only be used while a block runs']\n")
+
+
+class TestBuffersAndReset(DriverTest):
+    def test_buffers(self):
+        self.run_ok("add_buffer('notes', 1)\nadd_buffer('notes', {'k': 'v'})")
+        ev = self.run_ok("print(get_buffer('notes'), get_buffer('none'))")
+        self.assertEqual(ev["stdout"], "[1, {'k': 'v'}] []\n")
+        self.assertEqual(ev["variables"], [])
+        ev = self.run_ok("add_buffer('other', 2)\nclear_buffer('notes')\n"
+                         "print(get_buffer('notes'), get_buffer('other'))\nclear_buffer()\n"
+                         "print(get_buffer('other'))")
+        self.assertEqual(ev["stdout"], "[] [2]\n[]\n")
+
+    def test_reset_clears_globals_and_buffers_but_keeps_helpers(self):
+        self.run_ok("import json\nx = 1\nadd_buffer('b', 1)\nSUBMIT = 'mine'\nprint(SUBMIT)")
+        self.assertEqual(self.run_ok("SUBMIT")["stdout"], "'mine'\n")
+        self.assertEqual(self.d.request({"op": "reset"}), {"ev": "reset"})
+        self.assertEqual(self.d.execute("x")["error"], "NameError: name 'x' is not defined")
+        self.assertEqual(self.d.execute("json")["error"], "NameError: name 'json' is not defined")
+        ev = self.run_ok("print(get_buffer('b'))\nSUBMIT(answer=__name__)")
+        self.assertEqual(ev["stdout"], "[]\n")
+        self.assertEqual(ev["submitted"], {"answer": "__main__"})
+        self.assertEqual(ev["variables"], [])
+
+    def test_user_classes_pickle(self):
+        ev = self.run_ok("import pickle\nclass P:\n    def __init__(self):\n        self.v = 3\n"
+                         "print(pickle.loads(pickle.dumps(P())).v)")
+        self.assertEqual(ev["stdout"], "3\n")
+
+
+class TestSocketTransport(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="rlm-driver-test-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.path = os.path.join(self.dir, "driver.sock")
+
+    def serve(self):
+        proc = subprocess.Popen([PYTHON, "-u", "-c", SOURCE, "--serve", self.path],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+
+        def stop():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+        self.addCleanup(stop)
+        ready = json.loads(read_line(proc.stdout))
+        self.assertEqual(ready["ev"], "ready")
+        self.assertTrue(os.path.exists(self.path), "the socket must exist before ready")
+        return proc
+
+    def client(self, req, via_file=False):
+        args = [PYTHON, "-c", SOURCE, "--client", self.path]
+        if via_file:
+            name = os.path.join(self.dir, "request.json")
+            with open(name, "w") as f:
+                json.dump(req, f)
+            args += ["--request-file", name]
+        else:
+            args += ["--request-b64", base64.b64encode(json.dumps(req).encode()).decode()]
+        done = subprocess.run(args, capture_output=True, timeout=WAIT)
+        self.assertEqual(done.returncode, 0, done.stderr.decode())
+        self.assertEqual(done.stdout.count(b"\n"), 1)
+        return json.loads(done.stdout)
+
+    def test_serve_and_client_end_to_end(self):
+        proc = self.serve()
+        self.assertEqual(self.client({"op": "ping"}), {"ev": "pong"})
+        ev = self.client({"op": "execute", "id": 1, "code": "x = 20\nprint('set')"})
+        self.assertEqual((ev["ev"], ev["stdout"]), ("done", "set\n"))
+        ev = self.client({"op": "execute", "id": 2, "code": "print(llm_query('q') * 2, x)"},
+                         via_file=True)
+        self.assertEqual(ev, {"ev": "call", "id": 2, "kind": "llm_query",
+                              "args": {"prompt": "q", "model": None}})
+        ev = self.client({"op": "reply", "id": 2, "results": ["ab"]})
+        self.assertEqual((ev["ev"], ev["stdout"], ev["error"]), ("done", "abab 20\n", None))
+        self.assertEqual(self.client({"op": "shutdown"}), {"ev": "bye"})
+        self.assertEqual(proc.wait(WAIT), 0)
+        self.assertFalse(os.path.exists(self.path))
+
+    def test_serve_from_a_file_without_unbuffered_output(self):
+        # Daytona runs the driver from an uploaded file, in a session that may not pass -u.
+        script = os.path.join(self.dir, "driver.py")
+        shutil.copy(os.path.join(ROOT, "lua", "rlm", "driver.py"), script)
+        with open(os.path.join(self.dir, "helper.py"), "w") as f:
+            f.write("VALUE = 'from the working directory'\n")
+        proc = subprocess.Popen([PYTHON, script, "--serve", self.path], cwd=self.dir,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+        self.addCleanup(lambda: (proc.kill(), proc.wait(), proc.stdout.close(), proc.stderr.close()))
+        self.assertEqual(json.loads(read_line(proc.stdout))["ev"], "ready")
+        ev = self.client({"op": "execute", "id": 1, "code": "import helper\nprint(helper.VALUE)"})
+        self.assertEqual((ev["stdout"], ev["error"]), ("from the working directory\n", None))
+
+    def test_client_without_server_fails_clearly(self):
+        done = subprocess.run([PYTHON, "-c", SOURCE, "--client", self.path, "--request-b64",
+                               base64.b64encode(b'{"op":"ping"}').decode()],
+                              capture_output=True, timeout=WAIT)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn(b"no driver is listening at " + self.path.encode(), done.stderr)
+        self.assertEqual(done.stdout, b"")
+
+    def test_bad_arguments(self):
+        done = subprocess.run([PYTHON, "-c", SOURCE, "--client", self.path],
+                              capture_output=True, timeout=WAIT)
+        self.assertEqual(done.returncode, 2)
+        self.assertIn(b"--request-file or --request-b64", done.stderr)
+
+
+class TestSpeed(DriverTest):
+    def test_trivial_execute_round_trip(self):
+        times = []
+        for _ in range(1000):
+            started = time.perf_counter()
+            self.d.execute("pass")
+            times.append(time.perf_counter() - started)
+        durations = [self.d.execute("pass")["duration"]]
+        print(f"\n  execute round trip over 1000 trivial executes: median "
+              f"{statistics.median(times) * 1e6:.0f} us, p90 "
+              f"{sorted(times)[900] * 1e6:.0f} us (driver-reported block time "
+              f"{durations[0] * 1e6:.0f} us)")
+        self.assertLess(statistics.median(times), 0.05)
+
+
+if __name__ == "__main__":
+    unittest.main()
