@@ -44,9 +44,7 @@ end
 
 --- The first JSON object in a reply (fenced or bare), for the extraction answer.
 function M.json_object(text, json)
-  local fenced = text:match("```json%s*\n(.-)\n```")
-  local candidates = {fenced, text:match("%b{}")}
-  for _, c in ipairs(candidates) do
+  for _, c in ipairs{text:match("```json%s*\n(.-)\n```") or "", text:match("%b{}") or ""} do
     local v = json.decode(c)
     if type(v) == "table" then return v end
   end

@@ -7,7 +7,6 @@
 -- Policy lives here and in rlm.prompts; budgets are enforced by the host for the whole tree of
 -- child runs (rlm.budget), and every model call goes through rlm.llm, so no key ever enters a
 -- sandbox and code in a sandbox cannot raise its own limits.
-local async = require "rlm.async"
 local budget_mod = require "rlm.budget"
 local json = require "rlm.json"
 local parse = require "rlm.parse"
@@ -113,18 +112,24 @@ function Run:record(rec)
   return self.tracer:write(rec)
 end
 
+-- The deadline of one model call: llm_call_timeout, cut to the time the budget has left.
+function Run:call_timeout()
+  local left = self.budget:time_left()
+  return left and math.min(self.llm_call_timeout, math.max(1, left)) or self.llm_call_timeout
+end
+
+function Run:account(model, res)
+  local llm = require "rlm.llm"
+  self.budget:add(model, res.usage, res.cost or llm.cost(model, res.usage) or 0)
+end
+
 -- One model call with accounting; returns the llm result or nil, err.
 function Run:model_call(model, req)
-  local llm = require "rlm.llm"
-  req.model = model
-  local timeout = self.llm_call_timeout
-  local left = self.budget:time_left()
-  if left then timeout = math.min(timeout, math.max(1, left)) end
-  req.timeout = timeout
-  local ok, res, err = pcall(llm.complete, req)
+  req.model, req.timeout = model, self:call_timeout()
+  local ok, res, err = pcall(require("rlm.llm").complete, req)
   if not ok then return nil, tostring(res) end
   if not res then return nil, err end
-  self.budget:add(res.model or model, res.usage, llm.cost and llm.cost(model, res.usage) or 0)
+  self:account(model, res)
   return res
 end
 
@@ -144,14 +149,23 @@ function Run:llm_query(prompts, model, kind)
     return nil, refusal
   end
   local started = sys.now()
+  model = model or self.sub_model
+  local reqs = {}
+  for i, p in ipairs(prompts) do
+    reqs[i] = {model = model, messages = {{role = "user", content = p}}, timeout = self:call_timeout()}
+  end
+  local ok, results = pcall(require("rlm.llm").batch, reqs, {concurrency = self.batch_concurrency})
+  if not ok then return nil, tostring(results) end
+  -- A failed item becomes an error string in its slot, as DSPy does, so one bad call does not
+  -- lose the batch; the code can test for the prefix.
   local texts = {}
-  local slots = async.map(prompts, function(p)
-    local res, err = self:model_call(model or self.sub_model, {messages = {{role = "user", content = p}}})
-    if not res then error(err, 0) end
-    return res.text
-  end, self.batch_concurrency)
-  for i, s in ipairs(slots) do
-    texts[i] = s.ok and s[1] or ("[ERROR] " .. tostring(s.err))
+  for i, r in ipairs(results) do
+    if r.error then
+      texts[i] = "[ERROR] " .. tostring(r.error)
+    else
+      self:account(model, r)
+      texts[i] = r.text
+    end
   end
   self:sub_prompt_record(kind, prompts, texts, started)
   return texts
@@ -178,6 +192,9 @@ end
 
 -- The interpreter's handler for code that calls out (llm_query and friends).
 function Run:on_call(kind, args)
+  for k, v in pairs(args) do
+    if v == json.null then args[k] = nil end      -- Python's None
+  end
   if kind == "llm_query" then
     return self:llm_query({args.prompt}, args.model, kind)
   elseif kind == "llm_query_batched" then

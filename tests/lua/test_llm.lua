@@ -1,0 +1,407 @@
+-- rlm.llm (lua/rlm/llm.lua over host/lllm.c) against the LLM stand-in.
+local T = require "support"
+local llm = require "rlm.llm"
+local http = require "rlm.http"
+local json = require "rlm.json"
+local sys = require "rlm.sys"
+local async = require "rlm.async"
+local prices = require "rlm.prices"
+
+local KEY = "sk-test-SECRET-0123456789"
+local OPENAI, ANTHROPIC = "/v1/chat/completions", "/v1/messages"
+
+local tests = {}
+
+-- A stand-in (with a rule script when given) and request builders for both providers.
+local function standin(opts)
+  opts = opts or {}
+  local argv = {"tests/standins/llm", "--api-key", KEY}
+  if opts.script then
+    local path = T.tmpdir() .. "/script.json"
+    assert(sys.write_file(path, json.encode(opts.script)))
+    argv[#argv + 1] = "--script"
+    argv[#argv + 1] = path
+  end
+  if opts.latency_ms then
+    argv[#argv + 1] = "--latency-ms"
+    argv[#argv + 1] = tostring(opts.latency_ms)
+  end
+  local s = T.server(argv)
+  function s.req(model, fields)
+    local r = {model = model, api_key = KEY, backoff = 0.02,
+               base_url = model:match("^anthropic/") and s.url or s.url .. "/v1"}
+    for k, v in pairs(fields or {}) do r[k] = v end
+    return r
+  end
+  function s.stats()
+    return json.decode(assert(http.request{url = s.url .. "/_stats"}).body)
+  end
+  function s.fault(spec)
+    local res = assert(http.request{url = s.url .. "/_fault", method = "POST", body = json.encode(spec)})
+    assert(res.status == 200, res.body)
+  end
+  return s
+end
+
+local MODELS = {"openai/gpt-4o", "anthropic/claude-sonnet-4-5"}
+
+local function path_of(model)
+  return model:match("^anthropic/") and ANTHROPIC or OPENAI
+end
+
+-- Asserts the key appears nowhere in v (strings, tables, their tostring).
+local function no_key(v, what)
+  local text = type(v) == "table" and (tostring(v) .. json.encode(v)) or tostring(v)
+  if text:find(KEY, 1, true) or text:find(KEY:sub(4), 1, true) then
+    error((what or "value") .. " leaks the API key: " .. text, 2)
+  end
+end
+
+tests["both providers answer with text, finish_reason, usage and model"] = function()
+  local s = standin()
+  for _, model in ipairs(MODELS) do
+    local res, err = llm.complete(s.req(model, {prompt = "hello there", system = "Be terse."}))
+    T.truthy(res, err)
+    T.eq(res.text, "echo: hello there")
+    T.eq(res.finish_reason, "stop")
+    T.eq(res.model, model:match("/(.*)"))
+    -- the stand-in counts ~4 characters a token: prompt 11 + system 10, reply 17
+    T.eq(res.usage, {input_tokens = 5, output_tokens = 5})
+    T.eq(res.attempts, 1)
+    no_key(res, "result")
+  end
+end
+
+tests["system prompt, stop and max_tokens go where each API wants them"] = function()
+  local s = standin()
+  assert(llm.complete(s.req("openai/gpt-4o", {system = "SYS", stop = "END", max_tokens = 50,
+                                              temperature = 0.5, prompt = "hi"})))
+  local st = s.stats()
+  local body = st.last_body
+  T.eq(body.messages, {{role = "system", content = "SYS"}, {role = "user", content = "hi"}})
+  T.eq(body.stop, {"END"})
+  T.eq(body.max_completion_tokens, 50)
+  T.eq(body.temperature, 0.5)
+  T.eq(body.model, "gpt-4o")
+  T.eq(body.stream, nil)
+  T.eq(st.last_headers.authorization, "***")
+  T.eq(st.last_headers["anthropic-version"], nil)
+
+  assert(llm.complete(s.req("anthropic/claude-sonnet-4-5", {
+    system = "SYS", stop = {"END", "FIN"}, temperature = 0,
+    messages = {{role = "system", content = "MORE"}, {role = "user", content = "hi"}}})))
+  st = s.stats()
+  body = st.last_body
+  T.eq(body.system, "SYS\n\nMORE")
+  T.eq(body.messages, {{role = "user", content = "hi"}})
+  T.eq(body.stop_sequences, {"END", "FIN"})
+  T.eq(body.max_tokens, llm.max_tokens)
+  T.eq(body.temperature, 0)
+  T.eq(body.model, "claude-sonnet-4-5")
+  T.eq(st.last_headers["x-api-key"], "***")
+  T.eq(st.last_headers["anthropic-version"], "2023-06-01")
+  T.eq(st.last_headers.authorization, nil)
+end
+
+tests["stop sequences and the token limit end answers, streamed or not"] = function()
+  local s = standin{script = {rules = {{match = "count", reply = "one two three four five six"}}}}
+  for _, model in ipairs(MODELS) do
+    for _, stream in ipairs{false, true} do
+      local on_delta = stream and function() end or nil
+      local res = assert(llm.complete(s.req(model, {prompt = "count", stop = "four",
+                                                    on_delta = on_delta})))
+      T.eq(res.text, "one two three ", model)
+      T.eq(res.finish_reason, "stop", model)
+      res = assert(llm.complete(s.req(model, {prompt = "count", max_tokens = 2, on_delta = on_delta})))
+      T.eq(res.text, "one two ", model)
+      T.eq(res.finish_reason, "length", model)
+    end
+  end
+end
+
+tests["streaming delivers the text in deltas, with usage, for both providers"] = function()
+  local reply = ("The quick brown fox jumps over the lazy dog. "):rep(20)
+  local s = standin{script = {rules = {{match = "fox", reply = reply}}}}
+  for _, model in ipairs(MODELS) do
+    local deltas = {}
+    local res, err = llm.complete(s.req(model, {prompt = "fox please", system = "S",
+                                                on_delta = function(t) deltas[#deltas + 1] = t end}))
+    T.truthy(res, err)
+    T.eq(res.text, reply, model)
+    T.eq(table.concat(deltas), reply, model)
+    T.eq(res.finish_reason, "stop")
+    T.eq(res.model, model:match("/(.*)"))
+    T.eq(res.usage, {input_tokens = 3, output_tokens = #reply // 4})
+    local body = s.stats().last_body
+    T.eq(body.stream, true)
+    if model:match("^openai") then T.eq(body.stream_options, {include_usage = true}) end
+  end
+end
+
+tests["batch of 64 with 300 ms latency runs concurrently, in input order"] = function()
+  local s = standin{latency_ms = 300,
+                    script = {rules = {{match = "^n=(\\d+)$", reply_expr = "'got ' + m.group(1)"}}}}
+  local reqs = {}
+  for i = 1, 64 do
+    reqs[i] = s.req(MODELS[i % 2 + 1], {prompt = "n=" .. i})
+  end
+  local t0 = sys.now()
+  local results = llm.batch(reqs, {concurrency = 64})
+  local took = sys.now() - t0
+  for i, r in ipairs(results) do T.eq(r.text, "got " .. i) end
+  T.eq(#results, 64)
+  T.truthy(took < 1.5, ("64 calls of 300 ms took %.2f s"):format(took))
+end
+
+tests["a failed batch item is an error in its slot; the others succeed"] = function()
+  local s = standin{script = {rules = {{match = "bad", fault = "401"}}}}
+  local results = llm.batch({s.req("openai/gpt-4o", {prompt = "good 1"}),
+                             s.req("openai/gpt-4o", {prompt = "bad"}),
+                             s.req("anthropic/claude-sonnet-4-5", {prompt = "good 3"})},
+                            {concurrency = 2})
+  T.eq(results[1].text, "echo: good 1")
+  T.eq(results[2].status, 401)
+  T.eq(results[2].kind, "http")
+  T.contains(results[2].error, "openai/gpt-4o: HTTP 401")
+  T.eq(results[3].text, "echo: good 3")
+end
+
+tests["complete works inside tasks, side by side"] = function()
+  local s = standin{latency_ms = 300}
+  local t0 = sys.now()
+  local a = async.spawn(llm.complete, s.req("openai/gpt-4o", {prompt = "a"}))
+  local b = async.spawn(llm.complete, s.req("anthropic/claude-sonnet-4-5", {prompt = "b"}))
+  T.eq(a:join().text, "echo: a")
+  T.eq(b:join().text, "echo: b")
+  T.truthy(sys.now() - t0 < 0.55, "the two calls overlapped (one after the other takes 0.6 s)")
+end
+
+tests["429 with Retry-After: 1 waits about a second, then succeeds"] = function()
+  local s = standin()
+  for _, model in ipairs(MODELS) do
+    s.fault{path = path_of(model), status = 429, count = 1, retry_after = 1}
+    local t0 = sys.now()
+    local res, err = llm.complete(s.req(model, {prompt = "x"}))
+    local took = sys.now() - t0
+    T.truthy(res, err)
+    T.eq(res.attempts, 2)
+    T.truthy(took >= 0.95 and took < 1.6, ("waited %.2f s"):format(took))
+  end
+  T.eq(s.stats().requests, 4)
+end
+
+tests["429 asking to wait past the deadline fails at once, saying so"] = function()
+  local s = standin()
+  s.fault{path = OPENAI, status = 429, count = 1, retry_after = 30}
+  local t0 = sys.now()
+  local res, err, info = llm.complete(s.req("openai/gpt-4o", {prompt = "x", timeout = 5}))
+  T.eq(res, nil)
+  T.truthy(sys.now() - t0 < 1)
+  T.contains(err, "HTTP 429 Too Many Requests: Rate limit reached")
+  T.contains(err, "asked to wait 30 s")
+  T.eq(info.status, 429)
+end
+
+tests["5xx and cut responses are retried; 401 is not"] = function()
+  local s = standin()
+  for _, model in ipairs(MODELS) do
+    local path = path_of(model)
+    s.fault{path = path, status = 500, count = 1}
+    local res, err = llm.complete(s.req(model, {prompt = "x"}))
+    T.truthy(res, err)
+    T.eq(res.attempts, 2)
+    s.fault{path = path, status = 529, count = 2}
+    res, err = llm.complete(s.req(model, {prompt = "x", on_delta = function() end}))
+    T.truthy(res, err)
+    T.eq(res.attempts, 3)
+    s.fault{path = path, kind = "cut", count = 1}
+    res, err = llm.complete(s.req(model, {prompt = "x"}))
+    T.truthy(res, err)
+    T.eq(res.attempts, 2)
+
+    http.request{url = s.url .. "/_reset", method = "POST"}
+    s.fault{path = path, status = 401, count = 1}
+    local info
+    res, err, info = llm.complete(s.req(model, {prompt = "x"}))
+    T.eq(res, nil)
+    T.eq(info, {kind = "http", status = 401, attempts = 1})
+    T.contains(err, model .. ": HTTP 401 Unauthorized: ")
+    T.contains(err, model:match("^openai") and "Incorrect API key" or "invalid x-api-key")
+    T.eq(s.stats().requests, 1)
+    no_key(err, "error")
+  end
+end
+
+tests["retries give up with the last error when the failure persists"] = function()
+  local s = standin()
+  s.fault{path = OPENAI, status = 503, count = 10}
+  local res, err, info = llm.complete(s.req("openai/gpt-4o", {prompt = "x", retries = 2}))
+  T.eq(res, nil)
+  T.eq(info.attempts, 3)
+  T.contains(err, "HTTP 503 Service Unavailable: The engine is currently overloaded")
+  T.contains(err, "gave up after 3 attempts")
+  T.eq(s.stats().requests, 3)
+end
+
+tests["a malformed body is a clear error, not retried"] = function()
+  local s = standin()
+  for _, model in ipairs(MODELS) do
+    http.request{url = s.url .. "/_reset", method = "POST"}
+    s.fault{path = path_of(model), kind = "malformed", count = 1}
+    local res, err, info = llm.complete(s.req(model, {prompt = "x"}))
+    T.eq(res, nil)
+    T.eq(info.kind, "malformed")
+    T.contains(err, model .. ": the response is not valid JSON (invalid JSON at byte")
+    T.eq(s.stats().requests, 1)
+
+    s.fault{path = path_of(model), kind = "malformed", count = 1}
+    res, err, info = llm.complete(s.req(model, {prompt = "x", on_delta = function() end}))
+    T.eq(res, nil)
+    T.eq(info.kind, "malformed")
+    T.contains(err, "a stream event is not valid JSON")
+  end
+end
+
+tests["a stream that stays cut is a clear error"] = function()
+  local s = standin()
+  for _, model in ipairs(MODELS) do
+    s.fault{path = path_of(model), kind = "cut", count = 5}
+    local res, err, info = llm.complete(s.req(model, {prompt = "x", retries = 1,
+                                                      on_delta = function() end}))
+    T.eq(res, nil)
+    T.eq(info.kind, "cut")
+    T.contains(err, "was cut off")
+    http.request{url = s.url .. "/_reset", method = "POST"}
+  end
+end
+
+tests["a call that outlasts its timeout fails with kind timeout"] = function()
+  local s = standin{latency_ms = 3000}
+  local t0 = sys.now()
+  local res, err, info = llm.complete(s.req("openai/gpt-4o", {prompt = "x", timeout = 0.3}))
+  T.eq(res, nil)
+  T.eq(info.kind, "timeout")
+  T.contains(err, "within 0.3 s")
+  T.truthy(sys.now() - t0 < 1)
+end
+
+tests["the key never shows, even when the provider echoes it"] = function()
+  local s = standin()
+  -- The stand-in's 400 message quotes the bad value, which here is the key itself.
+  local res, err, info = llm.complete(s.req("openai/gpt-4o", {prompt = "x",
+                                                              extra = {max_completion_tokens = KEY}}))
+  T.eq(res, nil)
+  T.eq(info.status, 400)
+  T.contains(err, "[redacted]")
+  no_key(err, "error")
+  local results = llm.batch{s.req("openai/gpt-4o", {prompt = "x", extra = {max_completion_tokens = KEY}}),
+                            s.req("openai/gpt-4o", {prompt = "ok"})}
+  no_key(results, "batch results")
+  no_key(llm.usage(), "usage")
+  -- A refused connection names the URL but not the key.
+  local dead = standin()
+  dead.proc:kill("KILL")
+  sys.wait(dead.proc, 2)
+  res, err, info = llm.complete(dead.req("anthropic/claude-sonnet-4-5", {prompt = "x", retries = 0}))
+  T.eq(info.kind, "connect")
+  T.contains(err, "cannot reach " .. dead.url .. "/v1/messages")
+  no_key(err, "error")
+end
+
+tests["keys, base URLs and the default model come from the environment"] = function()
+  local s = standin()
+  local saved = {}
+  for _, name in ipairs{"OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY",
+                        "ANTHROPIC_BASE_URL", "RLM_MODEL"} do
+    saved[name] = sys.getenv(name)
+  end
+  T.defer(function() for name, v in pairs(saved) do sys.setenv(name, v) end end)
+  for name in pairs(saved) do sys.setenv(name, nil) end
+
+  T.raises(function() llm.complete{prompt = "x"} end, "set RLM_MODEL")
+  T.raises(function() llm.complete{model = "openai/gpt-4o", prompt = "x"} end,
+           "openai/gpt-4o needs an API key: set OPENAI_API_KEY")
+  T.raises(function() llm.batch{s.req("openai/gpt-4o", {prompt = "x"}),
+                                {model = "anthropic/claude-haiku-4-5", prompt = "x"}} end,
+           "set ANTHROPIC_API_KEY")
+  T.eq(s.stats().requests, 0)
+
+  sys.setenv("OPENAI_API_KEY", KEY)
+  sys.setenv("OPENAI_BASE_URL", s.url .. "/v1/")
+  sys.setenv("ANTHROPIC_API_KEY", KEY)
+  sys.setenv("ANTHROPIC_BASE_URL", s.url)
+  sys.setenv("RLM_MODEL", "anthropic/claude-haiku-4-5")
+  T.eq(assert(llm.complete{prompt = "env"}).model, "claude-haiku-4-5")
+  T.eq(assert(llm.complete{model = "gpt-4o-mini", prompt = "env"}).model, "gpt-4o-mini")
+  T.eq(s.stats().models, {"claude-haiku-4-5", "gpt-4o-mini"})
+end
+
+tests["local servers need no key; other providers are table entries"] = function()
+  local s = standin()
+  local saved = sys.getenv("RLM_LOCAL_BASE_URL")
+  T.defer(function() sys.setenv("RLM_LOCAL_BASE_URL", saved) end)
+  sys.setenv("RLM_LOCAL_BASE_URL", s.url .. "/v1")
+  -- No key at all: the request goes out without one (the stand-in insists on a key).
+  local res, err, info = llm.complete{model = "local/qwen2.5-7b", prompt = "x"}
+  T.eq(info.status, 401)
+  T.contains(err, "local/qwen2.5-7b: HTTP 401 Unauthorized: You didn't provide an API key")
+  res = assert(llm.complete{model = "local/qwen2.5-7b", prompt = "x", api_key = KEY})
+  T.eq(res.model, "qwen2.5-7b")
+  T.eq(s.stats().last_body.max_tokens, nil)
+
+  T.raises(function() llm.complete{model = "nowhere/m", prompt = "x"} end,
+           "names no known provider")
+  llm.providers.mine = {wire = "anthropic", base_url = s.url, key_env = "RLM_TEST_MINE_KEY",
+                        headers = {["X-Extra"] = "1"}}
+  T.defer(function() llm.providers.mine = nil end)
+  T.raises(function() llm.complete{model = "mine/claude-x", prompt = "x"} end,
+           "set RLM_TEST_MINE_KEY")
+  res = assert(llm.complete{model = "mine/org/claude-x", prompt = "x", api_key = KEY})
+  T.eq(res.model, "org/claude-x")
+  T.eq(s.stats().last_headers["x-extra"], "1")
+end
+
+tests["usage is counted per model and priced from the price table"] = function()
+  local s = standin{script = {rules = {{match = "long", reply = ("x"):rep(400)}}}}
+  prices["openai/test-model"] = {input = 2.0, output = 10.0}
+  T.defer(function() prices["openai/test-model"] = nil end)
+  llm.reset_usage()
+  local a = assert(llm.complete(s.req("openai/test-model", {prompt = ("p"):rep(400)})))
+  local b = assert(llm.complete(s.req("openai/test-model", {prompt = "long"})))
+  -- the stand-in echoes 200 characters of the prompt: "echo: " .. 200 = 206 characters
+  T.eq(a.usage, {input_tokens = 100, output_tokens = 52})
+  T.eq(b.usage, {input_tokens = 1, output_tokens = 100})
+  T.eq(a.cost, (100 * 2.0 + 52 * 10.0) / 1e6)
+  assert(llm.complete(s.req("anthropic/claude-unpriced", {prompt = "x"})))
+  s.fault{path = OPENAI, status = 401, count = 1}
+  T.eq(llm.complete(s.req("openai/test-model", {prompt = "x"})), nil)
+
+  local u = llm.usage()
+  T.eq(u.models["openai/test-model"], {calls = 2, errors = 1, input_tokens = 101,
+                                       output_tokens = 152, unpriced = 0,
+                                       cost = (101 * 2.0 + 152 * 10.0) / 1e6})
+  T.eq(u.models["anthropic/claude-unpriced"].unpriced, 1)
+  T.eq(u.models["anthropic/claude-unpriced"].cost, 0)
+  T.eq(u.calls, 3)
+  T.eq(u.errors, 1)
+  T.eq(u.input_tokens, 101 + 1)
+  T.eq(u.cost, (101 * 2.0 + 152 * 10.0) / 1e6)
+  -- A dated version is priced by its base entry.
+  T.eq(llm.cost("anthropic/claude-sonnet-4-5-20250929", {input_tokens = 1e6, output_tokens = 0}), 3.0)
+  llm.reset_usage()
+  T.eq(llm.usage().calls, 0)
+end
+
+tests["misuse raises before anything is sent"] = function()
+  local s = standin()
+  T.raises(function() llm.complete(s.req("openai/gpt-4o", {})) end, "non-empty list 'messages'")
+  T.raises(function() llm.complete(s.req("openai/gpt-4o", {prompt = "x", on_delta = 1})) end,
+           "'on_delta' must be a function")
+  T.raises(function() llm.complete(s.req("openai/gpt-4o", {prompt = "x", headers = {["X-A"] = "1\r\nB: 2"}})) end,
+           "line break")
+  T.raises(function() llm.complete(s.req("anthropic/claude-x", {prompt = "x", max_tokens = 0})) end,
+           "positive integer")
+  T.eq(s.stats().requests, 0)
+end
+
+return tests
