@@ -1,6 +1,6 @@
 # rlm — build, test, bench.  `make run` and `make test` are the two commands the README promises.
 PREFIX  ?= /usr/local
-PKGS    := lua5.4 lua5.4-cjson libcurl
+PKGS    := lua5.4 lua5.4-cjson libcurl libmicrohttpd
 # Recursive (=) so pkg-config runs when a recipe needs it, after `deps` has installed the packages.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS))

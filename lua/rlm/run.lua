@@ -26,6 +26,7 @@ M.defaults = {
   sub_capacity = 500000,      -- what the prompt tells the model a sub-call can read
   inline_context_chars = 65536, -- larger contexts are uploaded as a file, not sent inline
   timeout = 900,              -- sandbox lifetime
+  batch_concurrency = 64,     -- llm_query_batched calls in flight at once
 }
 
 local WORKSPACE = "/home/daytona/workspace"
@@ -326,7 +327,7 @@ local function new_run(opts)
     max_output_chars = option(opts, "max_output_chars"),
     llm_call_timeout = option(opts, "llm_call_timeout"), sub_capacity = option(opts, "sub_capacity"),
     inline_context_chars = option(opts, "inline_context_chars"),
-    batch_concurrency = opts.batch_concurrency,
+    batch_concurrency = option(opts, "batch_concurrency"),
     prompts = prompts, depth = depth, parent = opts._parent,
     id = ("r%d-%d"):format(sys.getpid(), run_counter),
     on_event = opts.on_event, steps = {},

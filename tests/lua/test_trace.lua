@@ -1,0 +1,66 @@
+local T = require "support"
+local F = require "rlm_fixtures"
+local rlm = require "rlm"
+local sys = require "rlm.sys"
+local trace = require "rlm.trace"
+
+local tests = {}
+
+local CHROMIUM_FLAGS = {"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+  "--enable-logging=stderr", "--v=0", "--dump-dom"}
+
+-- Loads a page in headless Chromium; returns the DOM after load and the console errors.
+local function browse(path)
+  local chromium = sys.which("chromium")
+  assert(chromium, "chromium is not installed (make deps installs it)")
+  local argv = {chromium, "--user-data-dir=" .. T.tmpdir()}
+  for _, f in ipairs(CHROMIUM_FLAGS) do argv[#argv + 1] = f end
+  argv[#argv + 1] = "file://" .. path
+  local r = assert(sys.run(argv, {timeout = 120}))
+  assert(r.code == 0, "chromium failed: " .. r.stderr)
+  local errors = {}
+  for line in r.stderr:gmatch("[^\n]+") do
+    if line:find("CONSOLE", 1, true) or line:find("Uncaught", 1, true) then errors[#errors + 1] = line end
+  end
+  return r.stdout, errors
+end
+
+tests["the browser check sees console errors (so it can fail)"] = function()
+  local page = T.tmpdir() .. "/bad.html"
+  assert(sys.write_file(page, "<html><body><script>no_such_function()</script></body></html>"))
+  local _, errors = browse(page)
+  T.truthy(#errors >= 1, "a page with a script error reported no console error")
+end
+
+tests["rlm trace --html renders every step, sub-calls and child runs in a real browser"] = function()
+  F.model{rules = {
+    {match = "^SUMMARISE", reply = "a summary"},
+    {match = "Task: CHILD", reply = F.code("SUBMIT(answer=llm_query('SUMMARISE ' + context))")},
+    {match = "Turn 3 of", reply = F.code("SUBMIT(answer=[a, b])")},
+    {match = "Turn 2 of", reply = F.code("b = rlm_query('CHILD', 'child <context> & more')\nprint(b)")},
+    {match = "Task: parent", reply = F.code("a = llm_query_batched(['SUMMARISE 1', 'SUMMARISE 2'])\nprint(a)")},
+  }}
+  local dir = T.tmpdir()
+  local res = rlm.run{task = "parent", context = "ctx", trace = dir .. "/t.jsonl", max_depth = 2}
+  T.eq(res.answer, {{"a summary", "a summary"}, "a summary"})
+  local records = assert(trace.read(dir .. "/t.jsonl"))
+  local steps = 0
+  for _, r in ipairs(records) do if r.type == "step" then steps = steps + 1 end end
+  T.eq(steps, 4, "three parent turns and one child turn")
+
+  local r = T.run_rlm{"trace", dir .. "/t.jsonl", "--html", dir .. "/t.html"}
+  T.eq(r.code, 0, r.stderr)
+  local dom, errors = browse(dir .. "/t.html")
+  T.eq(errors, {}, "console errors")
+  local shown = 0
+  for _ in dom:gmatch('<details class="step"') do shown = shown + 1 end
+  T.eq(shown, steps, "steps in the page")
+  for turn = 1, 3 do T.contains(dom, "Turn " .. turn) end
+  T.contains(dom, "llm_query_batched")
+  T.contains(dom, "child run")
+  T.contains(dom, "child &lt;context&gt; &amp; more")   -- text is escaped, not markup
+  T.contains(dom, "submitted")
+end
+
+return tests
