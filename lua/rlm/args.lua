@@ -8,7 +8,7 @@ local M = {}
 local function valid(spec)
   local names = {}
   for name, kind in pairs(spec) do
-    names[#names + 1] = "--" .. name .. (kind == "flag" and "" or " " .. kind:upper())
+    names[#names + 1] = "--" .. name:gsub("_", "-") .. (kind == "flag" and "" or " " .. kind:upper())
   end
   table.sort(names)
   return table.concat(names, ", ")

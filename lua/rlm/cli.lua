@@ -13,6 +13,8 @@ commands:
   trace FILE.jsonl         summarise a trajectory, or render it (--html OUT.html)
   skill list|show|NAME     the bundled recipes (and yours, from RLM_SKILLS_PATH)
   exec CODE|-              run one block of Python in a fresh sandbox (--backend, --volume, --json)
+  daytona-smoke            check a Daytona setup end to end, without any model (--repo URL)
+  sandboxes                list the Daytona sandboxes rlm made (--prune, --all: delete leftovers)
   version                  print the version
   help [COMMAND]           this text, or a command's help
 
@@ -23,10 +25,17 @@ local function eprint(...)
   io.stderr:write(table.concat({...}, ""), "\n")
 end
 
+-- True while a command runs whose deliberate errors (raised without a position, error(msg, 0):
+-- "no model", "cannot read the context") are messages for the user, not bugs to trace.
+local plain_errors = false
+
 --- Runs fn(...); returns true and its first result, or prints the error as one message with
 -- a traceback on stderr and returns false.
 local function protected(fn, ...)
   local ok, err = xpcall(fn, function(e)
+    if plain_errors and type(e) == "string" and not e:match("^[^\n]-:%d+: ") then
+      return e
+    end
     if type(e) ~= "string" then
       local mt = getmetatable(e)
       e = mt and mt.__tostring and tostring(e) or ("(error object is a " .. type(e) .. " value)")
@@ -121,6 +130,7 @@ end
 local function lazy(name, module, help)
   commands[name] = {
     help = help,
+    plain_errors = true,
     run = function(args) return require(module).main(args) end,
   }
 end
@@ -129,7 +139,10 @@ M.lazy = lazy
 lazy("ask", "rlm.cmd.ask", require_help("rlm.cmd.ask"))
 lazy("trace", "rlm.cmd.trace", require_help("rlm.cmd.trace"))
 lazy("skill", "rlm.cmd.skill", require_help("rlm.cmd.skill"))
+lazy("mcp", "rlm.cmd.mcp", require_help("rlm.cmd.mcp"))
 lazy("exec", "rlm.cmd.exec", require_help("rlm.cmd.exec"))
+lazy("daytona-smoke", "rlm.cmd.daytona_smoke", require_help("rlm.cmd.daytona_smoke"))
+lazy("sandboxes", "rlm.cmd.sandboxes", require_help("rlm.cmd.sandboxes"))
 
 function M.main(argv)
   local name = argv[1]
@@ -148,12 +161,16 @@ function M.main(argv)
     print(tostring(cmd.help))
     return 0
   end
+  plain_errors = cmd.plain_errors or false
   local ok, status = protected(cmd.run, rest)
   status = not ok and 1 or math.type(status) == "integer" and status or 0
-  -- An error or an interrupt (`run` reports its script's as status 1) may leave sandboxes
-  -- behind: end them all here, through the one registry.
+  -- An error, an interrupt (`run` reports its script's as status 1) or a script that never
+  -- shut its interpreters down may leave sandboxes behind: end them all here, through the one
+  -- registry, while the event loop can still carry remote deletions (finalisers at exit cannot).
   local registry = package.loaded["rlm.registry"]
-  if status ~= 0 and registry then registry.cleanup_all() end
+  if registry then registry.cleanup_all() end
+  local daytona = package.loaded["rlm.backend.daytona"]
+  if daytona then daytona.settle() end
   return status
 end
 

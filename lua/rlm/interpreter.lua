@@ -54,7 +54,11 @@ M.defaults = {backend = "local", timeout = 900, max_output_chars = 10000, networ
 
 local OPTIONS = {backend = true, timeout = true, execute_timeout = true, volume_name = true,
                  repo_url = true, repo_ref = true, context_paths = true, env = true,
-                 network = true, on_call = true, max_output_chars = true, start_timeout = true}
+                 network = true, on_call = true, max_output_chars = true, start_timeout = true,
+                 -- without on_call, these give the code llm_query / rlm_query through rlm.run's
+                 -- handler, with its budget (see M.new)
+                 model = true, sub_model = true, max_llm_calls = true, llm_call_timeout = true,
+                 max_depth = true, max_tokens = true, max_cost = true}
 
 -- Seconds the host waits past the driver's own timeout before it kills the driver: the driver
 -- stops a runaway block itself; this only catches code that ignores signals.
@@ -127,7 +131,11 @@ function M.new(opts)
   validate(merged, backend)
   if backend.check then backend.check(merged) end
   merged.execute_timeout = merged.execute_timeout or merged.timeout
-  return setmetatable({opts = merged, backend = backend, on_call = merged.on_call}, Interp)
+  local on_call = merged.on_call
+  if on_call == nil and (merged.sub_model or merged.model) then
+    on_call = require("rlm.run").handler(merged)
+  end
+  return setmetatable({opts = merged, backend = backend, on_call = on_call}, Interp)
 end
 
 local function closed_error()

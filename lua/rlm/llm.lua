@@ -136,6 +136,13 @@ local function prepare(req, level)
   }, label, on_delta
 end
 
+--- Raises the error a call would raise (unknown provider, missing key) without calling;
+-- for checking configuration before creating anything expensive.
+function M.check(model)
+  prepare({model = model, messages = {}}, 1)
+  return true
+end
+
 ---------------------------------------------------------------------------------------------
 -- Accounting
 

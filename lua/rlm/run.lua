@@ -320,6 +320,11 @@ local function new_run(opts)
   if not model then
     error("no model: pass model = \"provider/name\" or set RLM_MODEL (e.g. openai/gpt-4o)", 0)
   end
+  -- A missing key must fail here, before any sandbox exists, not at the first turn.
+  local llm = require "rlm.llm"
+  local ok, err = pcall(llm.check, model)
+  if ok and opts.sub_model then ok, err = pcall(llm.check, opts.sub_model) end
+  if not ok then error(tostring(err):gsub("^[^:]*:%d+: ", ""), 0) end
   local self = setmetatable({
     opts = opts, task = opts.task, context = opts.context,
     outputs = option(opts, "outputs"), model = model, sub_model = opts.sub_model or model,
@@ -338,6 +343,14 @@ local function new_run(opts)
   }
   self.tracer = opts._trace or trace.writer(opts.trace)
   return self
+end
+
+--- A call handler for a bare interpreter (rlm.interpreter{sub_model = ...}): the code gets
+-- llm_query, llm_query_batched and rlm_query under one budget, without the loop around it.
+function M.handler(opts)
+  local self = new_run(setmetatable({task = "(interpreter)", model = opts.sub_model or opts.model},
+                                    {__index = opts}))
+  return function(kind, args) return self:on_call(kind, args) end
 end
 
 --- Runs the loop; see the module comment and README for the options.

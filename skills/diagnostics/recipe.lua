@@ -16,16 +16,17 @@ local function report(status, what, detail, fix)
 end
 
 -- Sandbox tools ------------------------------------------------------------------------------
-local bwrap = sys.getenv("RLM_BWRAP") or sys.which("bwrap")
+local bwrap = sys.which(sys.getenv("RLM_BWRAP") or "bwrap")
 if not bwrap then
-  report("FAIL", "bubblewrap", "not installed", "sudo apt-get install bubblewrap")
+  report("FAIL", "bubblewrap", (sys.getenv("RLM_BWRAP") or "bwrap") .. " is not installed",
+    "sudo apt-get install bubblewrap")
 else
-  local r = sys.run({bwrap, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"},
-                    {timeout = 10})
+  local r, err = sys.run({bwrap, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"},
+                         {timeout = 10})
   if r and r.code == 0 then
     report("ok", "bubblewrap", bwrap)
   else
-    report("FAIL", "bubblewrap", "cannot create a sandbox: " .. (r and r.stderr:gsub("%s+$", "") or "timed out"),
+    report("FAIL", "bubblewrap", "cannot create a sandbox: " .. (r and r.stderr:gsub("%s+$", "") or err),
       "allow unprivileged user namespaces: sudo sysctl -w kernel.unprivileged_userns_clone=1")
   end
 end

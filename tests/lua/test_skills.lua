@@ -1,0 +1,159 @@
+local T = require "support"
+local F = require "rlm_fixtures"
+local json = require "rlm.json"
+local sys = require "rlm.sys"
+
+local tests = {}
+
+-- Runs `rlm skill ...` with a private data directory (so volumes start empty).
+local function skill(args, env_extra)
+  local env = sys.environ()
+  env.XDG_DATA_HOME = env.XDG_DATA_HOME_TEST or T.tmpdir()
+  for k, v in pairs(env_extra or {}) do env[k] = v end
+  local argv = {"skill"}
+  for _, a in ipairs(args) do argv[#argv + 1] = a end
+  return T.run_rlm(argv, {env = env, timeout = 120})
+end
+
+tests["skill list, show, unknown names and bad parameters"] = function()
+  local r = skill{"list"}
+  T.eq(r.code, 0, r.stderr)
+  for _, name in ipairs{"rlm-execute", "sandbox-execution", "daytona-smoke", "long-context",
+                        "delegation", "diagnostics"} do
+    T.contains(r.stdout, name)
+  end
+  r = skill{"show", "rlm-execute"}
+  T.contains(r.stdout, "name: rlm-execute")
+  r = skill{"no-such-skill"}
+  T.eq(r.code, 1)
+  T.contains(r.stderr, "no skill named 'no-such-skill' (have: ")
+  r = skill{"rlm-execute", "bogus"}
+  T.eq(r.code, 1)
+  T.contains(r.stderr, "unknown pattern 'bogus'")
+  r = skill{"rlm-execute", "--backend", "cloud"}
+  T.contains(r.stderr, "--backend must be local or daytona")
+end
+
+tests["rlm-execute gives the seed results on the local sandbox"] = function()
+  local r = skill{"rlm-execute"}
+  T.eq(r.code, 0, r.stderr)
+  T.contains(r.stdout, "basic")
+  T.contains(r.stdout, "1307674368000")
+  T.contains(r.stdout, '{"count":42,"processed":true}')
+  T.contains(r.stdout, "pipeline")
+  T.truthy(r.stdout:find("pipeline%s+%d+ ms%s+92\n"), "filtered count 92:\n" .. r.stdout)
+  T.truthy(r.stdout:find("canonical%s+%d+ ms%s+29\n"), "filtered count 29:\n" .. r.stdout)
+  T.contains(r.stdout, '["Step 1: setup complete","Step 2: data loaded"]')
+  T.contains(r.stdout, "all 6 patterns ok")
+end
+
+tests["the volume written by one rlm process is read back by another"] = function()
+  local data = T.tmpdir()
+  local first = skill({"rlm-execute", "volume"}, {XDG_DATA_HOME = data})
+  T.eq(first.code, 0, first.stderr)
+  local saved = assert(sys.read_file(data .. "/rlm/volumes/rlm-execute-demo/artifacts/results.json"))
+  T.eq(json.decode(saved), {processed = true, count = 42})
+  local r = T.run_rlm({"exec", "--volume", "rlm-execute-demo",
+    "import json\nSUBMIT(data=json.load(open('/home/daytona/memory/artifacts/results.json')))"},
+    {env = (function() local e = sys.environ() e.XDG_DATA_HOME = data return e end)()})
+  T.eq(r.code, 0, r.stderr)
+  T.contains(r.stdout, '"count":42')
+end
+
+tests["rlm-execute runs a local file"] = function()
+  local dir = T.tmpdir()
+  assert(sys.write_file(dir .. "/job.py", "x = sum(range(10))\nprint('x is', x)\nSUBMIT(total=x)\n"))
+  local r = skill{"rlm-execute", "file", "file=" .. dir .. "/job.py"}
+  T.eq(r.code, 0, r.stderr)
+  T.contains(r.stdout, '{"total":45}')
+end
+
+tests["sandbox-execution shows every parameter, with sub-calls under a budget"] = function()
+  F.model{rules = {{match = "single word", reply = "ok"}}}
+  local r = skill({"sandbox-execution"}, {RLM_MODEL = "openai/sub"})
+  T.eq(r.code, 0, r.stderr)
+  T.contains(r.stdout, "timed_out              true")
+  T.contains(r.stdout, "state after timeout    still here")
+  T.contains(r.stdout, "2432902008176640000")
+  T.contains(r.stdout, "not JSON-serialisable (set)")
+  T.contains(r.stdout, '["artifacts","buffers","memory","meta"]')
+  T.contains(r.stdout, "version one")
+  T.contains(r.stdout, '["alpha","beta","gamma"]')
+  T.contains(r.stdout, '["ok","ok"]')
+  T.contains(r.stdout, "LLM call limit exceeded: 2 + 1 > 2")
+end
+
+local LONG_CODE = [[
+lines = context.split("\n")
+chunks = ["\n".join(lines[i:i + 6000]) for i in range(0, len(lines), 6000)]
+counts = llm_query_batched(["TALLY:\n" + c for c in chunks])
+SUBMIT(answer=sum(int(c) for c in counts))]]
+
+tests["long-context answers over a 5 MB log with llm_query_batched"] = function()
+  F.model{rules = {
+    {match = "^TALLY", reply_expr = "str(prompt.count(' ERROR '))"},
+    {match = "Task: How many lines", reply = F.code(LONG_CODE)},
+  }}
+  local r = skill{"long-context"}
+  T.eq(r.code, 0, r.stdout .. r.stderr)
+  T.contains(r.stdout, "check: the log has")
+  T.contains(r.stdout, ": right")
+  T.contains(r.stdout, "10 sub-calls")
+end
+
+local PARENT_CODE = [[
+sections = ["## " + s for s in context.split("## ") if s.strip()]
+summaries = [rlm_query("Summarise this section in one sentence.", s) for s in sections]
+SUBMIT(answer="\n".join(summaries))]]
+
+tests["delegation hands each section to a child run"] = function()
+  F.model{rules = {
+    {match = "Task: Summarise this section", reply = F.code(
+      "SUBMIT(answer=context.split('\\n')[0].strip('# ') + ' - summarised')")},
+    {match = "Task: Summarise each", reply = F.code(PARENT_CODE)},
+  }}
+  local r = skill{"delegation"}
+  T.eq(r.code, 0, r.stdout .. r.stderr)
+  T.contains(r.stdout, "Onboarding - summarised\nOn-call - summarised\nReleases - summarised\nSecurity - summarised")
+  local children = 0
+  for _ in r.stdout:gmatch("depth 1: 1 turn%(s%), submitted") do children = children + 1 end
+  T.eq(children, 4)
+  T.contains(r.stdout, "totals for the tree: 5 model calls")
+end
+
+tests["an LLM recipe without a key says what to set and creates no sandbox"] = function()
+  local env = sys.environ()
+  env.OPENAI_API_KEY, env.RLM_MODEL = nil, "openai/gpt-4o"
+  local data = T.tmpdir()
+  env.XDG_DATA_HOME = data
+  env.TMPDIR = T.tmpdir()
+  local r = T.run_rlm({"skill", "long-context"}, {env = env})
+  T.eq(r.code, 1)
+  T.contains(r.stderr, "needs an API key: set OPENAI_API_KEY")
+  T.eq(sys.list_dir(env.TMPDIR), {}, "no sandbox folder was made")
+end
+
+tests["diagnostics checks the machine and says how to fix failures"] = function()
+  local r = skill{"diagnostics", "quick"}
+  T.eq(r.code, 0, r.stdout .. r.stderr)
+  T.contains(r.stdout, "ok    bubblewrap")
+  T.contains(r.stdout, "ok    local sandbox")
+  T.contains(r.stdout, "all checks passed")
+  r = skill({"diagnostics", "quick"}, {RLM_BWRAP = "/no/such/bwrap"})
+  T.eq(r.code, 1)
+  T.contains(r.stdout, "FAIL  bubblewrap")
+  T.contains(r.stdout, "fix: sudo apt-get install bubblewrap")
+end
+
+tests["skill new writes a starting recipe that runs from RLM_SKILLS_PATH"] = function()
+  local dir = T.tmpdir()
+  local r = skill({"new", "my-skill"}, {RLM_SKILLS_PATH = dir})
+  T.eq(r.code, 0, r.stderr)
+  r = skill({"list"}, {RLM_SKILLS_PATH = dir})
+  T.contains(r.stdout, "my-skill")
+  r = skill({"my-skill", "a", "b"}, {RLM_SKILLS_PATH = dir})
+  T.eq(r.code, 0, r.stderr)
+  T.contains(r.stdout, "args: a b")
+end
+
+return tests
