@@ -7,8 +7,9 @@ Standard library only, Python 3.9+. This docstring is the protocol reference for
 Wire: UTF-8 JSON, one object per line. Events are pure ASCII (non-ASCII is \\u-escaped).
 
 Requests, host -> driver
-  {"op":"execute","id":N,"code":"...","variables":{...}|null,"output_names":["answer"]|null,
+  {"op":"execute","id":N,"code":"...","variables":{...}|null,"output_names":[...]|null,
    "max_output_chars":10000|null,"timeout":S|null}                          -> call* then done
+      output_names null means ["answer"]; max_output_chars null means 10000; timeout null: none
   {"op":"reply","id":N,"results":[...]} | {"op":"reply","id":N,"error":"message"}
                                     answers the call event with the same id (the execute's id)
   {"op":"reset"}    -> {"ev":"reset"}    user globals, imports and buffers cleared
@@ -146,13 +147,12 @@ class Stdio:
 
 
 def recv_line(conn):
-    data = b""
-    while b"\n" not in data:
+    data = bytearray()
+    while True:
         chunk = conn.recv(65536)
-        if not chunk:
-            break
         data += chunk
-    return data.split(b"\n", 1)[0]
+        if not chunk or b"\n" in chunk:
+            return bytes(data.split(b"\n", 1)[0])
 
 
 class SocketServer:
@@ -207,7 +207,7 @@ class Capture:
     def __init__(self, target):
         name = f"rlm-driver-{os.getpid()}-{target}-{os.urandom(4).hex()}"
         path = os.path.join(os.environ.get("TMPDIR") or "/tmp", name)
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         os.unlink(path)
         self.target = target
         self.clear()
@@ -215,6 +215,9 @@ class Capture:
     def take(self, limit):
         """(text, total characters) written since the last take; empties the file."""
         size = os.fstat(self.fd).st_size
+        if size == 0:
+            self.reattach()
+            return "", 0
         if size <= limit:  # never more characters than bytes
             text = os.pread(self.fd, size, 0).decode("utf-8", "replace")
             total = len(text)
@@ -230,7 +233,10 @@ class Capture:
     def clear(self):
         os.ftruncate(self.fd, 0)
         os.lseek(self.fd, 0, os.SEEK_SET)  # the offset is shared with fd 1/2 and subprocesses
-        os.dup2(self.fd, self.target)  # again, in case user code closed or moved the fd
+        self.reattach()
+
+    def reattach(self):
+        os.dup2(self.fd, self.target)  # again and again, in case user code closed or moved it
 
     def count_chars(self, size):
         total = offset = 0
@@ -249,7 +255,7 @@ class Capture:
         head = os.pread(self.fd, 4 * head_n, 0).decode("utf-8", "replace")[:head_n]
         tail_bytes = min(size, 4 * tail_n + 3)
         tail = os.pread(self.fd, tail_bytes, size - tail_bytes).decode("utf-8", "replace")
-        tail = tail[len(tail) - tail_n:]
+        tail = tail[-tail_n:]
         return f"{head}\n... [{total - head_n - tail_n} characters cut] ...\n{tail}"
 
 
@@ -312,9 +318,12 @@ def error_text(e):
     name = kind.__qualname__
     if kind.__module__ not in ("builtins", "__main__"):
         name = f"{kind.__module__}.{name}"
-    if isinstance(e, SyntaxError):
+    if isinstance(e, SyntaxError) and e.lineno is not None:
         return f"{name}: {e.msg} (line {e.lineno})"
-    message = str(e)
+    try:
+        message = str(e)
+    except Exception:
+        message = "<the exception's str() failed>"
     return f"{name}: {message}" if message else name
 
 
@@ -541,7 +550,7 @@ class Session:
     def call(self, kind, args):
         """Sends a call event and returns the reply's results list; the timer stands still."""
         line = '{"ev":"call","id":%s,"kind":"%s","args":%s}\n' % (
-            encode(self.request_id), kind, to_json(args, f"{kind} arguments"))
+            encode(self.request_id), kind, to_json(args, f"{kind}: an argument"))
         with self.io_lock:
             if not self.running:
                 raise RuntimeError(f"{kind} can only be used while a block runs")
@@ -720,13 +729,14 @@ def main(argv):
     sys.stdout.reconfigure(encoding="utf-8")  # the captures are decoded as UTF-8
     sys.stderr.reconfigure(encoding="utf-8")
     session = Session(transport)
-    python = "%d.%d.%d" % sys.version_info[:3]
-    write_all(real_out, ('{"ev":"ready","pid":%d,"python":"%s"}\n' % (os.getpid(), python)).encode())
+    ready = {"ev": "ready", "pid": os.getpid(), "python": "%d.%d.%d" % sys.version_info[:3]}
+    write_all(real_out, (encode(ready) + "\n").encode())
     try:
         session.serve_forever()
     except Exception:
         import traceback
-        write_all(real_err, ("rlm driver crashed:\n" + traceback.format_exc()).encode("utf-8", "replace"))
+        report = "rlm driver crashed:\n" + traceback.format_exc()
+        write_all(real_err, report.encode("utf-8", "replace"))
         transport.close()
         return 70
 
