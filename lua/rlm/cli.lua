@@ -170,7 +170,7 @@ function M.main(argv)
   local registry = package.loaded["rlm.registry"]
   if registry then registry.cleanup_all() end
   local daytona = package.loaded["rlm.backend.daytona"]
-  if daytona then daytona.settle() end
+  if daytona then pcall(daytona.settle) end     -- a second Ctrl-C stops the wait
   return status
 end
 

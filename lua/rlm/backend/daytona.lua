@@ -1,0 +1,506 @@
+--- The Daytona sandbox: the same driver as the local backend, reached over plain HTTP.
+--
+-- Inside, the code sees the same paths as on the local backend:
+--   /home/daytona/workspace   the code's cwd; repo/ (toolbox git clone) and context/ (uploads)
+--   /home/daytona/memory      the Daytona volume `volume_name` (created when missing and waited
+--                             for until ready), else a plain folder that goes with the sandbox
+-- The driver lives in /home/daytona/.rlm/ with its unix socket.
+--
+-- Transport (no WebSocket in Debian's libcurl, and the sandbox cannot reach the host): the
+-- driver runs once as a long-lived async session command (`driver.py --serve SOCKET`); every
+-- request is one `process/execute` of the driver's one-shot client, which forwards the request
+-- line to the socket and prints the next event. A `call` event ends that request; the reply
+-- travels with the next one. Small requests ride in the command line as base64; larger ones are
+-- uploaded to a file first. The first event (ready) is read from the session command's logs.
+--
+-- Credentials come from the `daytona` option (rlm.daytona.client options) or DAYTONA_* in the
+-- host's environment; they stay in the host (the C binding holds them). The sandbox gets only
+-- the user's `env`. Sandboxes carry the labels rlm=1 and rlm-owner=user@host:pid, so
+-- `rlm sandboxes --prune` can find the ones a dead process left behind.
+--
+-- Deleting is never left to chance, and never yields from a finaliser: destroy() starts the
+-- DELETE at once (starting a transfer does not yield) and waits for it only where waiting is
+-- safe — the main program, or a task that may yield. From a finaliser (or any place that
+-- cannot yield) the transfer is kept in a list and finishes with the next turn of the event
+-- loop; `settle()` waits for whatever is left, and the CLI calls it before rlm exits.
+-- The interface this implements is written down at the top of lua/rlm/interpreter.lua.
+local async = require "rlm.async"
+local daytona = require "rlm.daytona"
+local json = require "rlm.json"
+local sys = require "rlm.sys"
+
+local M = {name = "daytona", options = {daytona = true, snapshot = true, labels = true}}
+
+local HOME = "/home/daytona"
+local WORKSPACE = HOME .. "/workspace"
+local MEMORY = HOME .. "/memory"
+local RLM_DIR = HOME .. "/.rlm"
+local DRIVER = RLM_DIR .. "/driver.py"
+local REQUEST_FILE = RLM_DIR .. "/request.json"
+local PYTHON = "python3"
+
+-- Requests up to this size travel base64-encoded in the command line (one round trip); bigger
+-- ones are uploaded first. Well under Linux's 128 KiB limit for one argument.
+local INLINE_REQUEST = 24 * 1024
+-- Extra seconds an HTTP call waits past the wanted time, for the answer to travel back.
+local GRACE = 0.5
+local DELETE_TIMEOUT = 30
+
+M.LABEL = "rlm"
+M.OWNER_LABEL = "rlm-owner"
+
+local Sandbox = {}
+Sandbox.__index = Sandbox
+
+-- ---------- small helpers ----------
+
+local function sh_quote(s)
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+-- `sh -c '...'`: Daytona's daemon splits a command itself and runs no shell of its own.
+local function shell_command(script)
+  return "sh -c " .. sh_quote(script)
+end
+
+local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+local function base64(s)
+  local out = {}
+  for i = 1, #s, 3 do
+    local a, b, c = s:byte(i, i + 2)
+    local n = (a << 16) | ((b or 0) << 8) | (c or 0)
+    local q = {}
+    for k = 1, 4 do
+      local idx = (n >> (6 * (4 - k))) & 63
+      q[k] = B64:sub(idx + 1, idx + 1)
+    end
+    if not b then q[3], q[4] = "=", "=" elseif not c then q[4] = "=" end
+    out[#out + 1] = table.concat(q)
+  end
+  return table.concat(out)
+end
+
+local function basename(path)
+  return (path:gsub("/+$", ""):match("([^/]+)$")) or path
+end
+
+--- "user@host:pid": who made a sandbox, so leftovers of a dead process can be told apart.
+function M.owner()
+  local user = sys.getenv("USER") or sys.getenv("LOGNAME") or "unknown"
+  return ("%s@%s:%d"):format(user, M.hostname(), sys.getpid())
+end
+
+function M.hostname()
+  local h = sys.read_file("/proc/sys/kernel/hostname") or sys.read_file("/etc/hostname") or "localhost"
+  return (h:gsub("%s+$", ""))
+end
+
+local function client_for(opts)
+  local copts = {}
+  for k, v in pairs(opts.daytona or {}) do copts[k] = v end
+  copts.source = copts.source or "rlm"
+  return daytona.client(copts)
+end
+
+local function check_volume_name(name)
+  if type(name) ~= "string" or not name:match("^[%w][%w._-]*$") or #name > 128 then
+    error(("invalid volume_name %q: use letters, digits, '.', '_' and '-'"):format(tostring(name)), 0)
+  end
+end
+
+--- Checks what create() needs (credentials, option shapes) without creating anything.
+function M.check(opts)
+  if opts.daytona ~= nil and type(opts.daytona) ~= "table" then
+    error("the daytona option must be a table of rlm.daytona.client options", 0)
+  end
+  if opts.labels ~= nil and type(opts.labels) ~= "table" then
+    error("labels must be a table of name = string", 0)
+  end
+  if opts.volume_name ~= nil then check_volume_name(opts.volume_name) end
+  client_for(opts)
+end
+
+-- ---------- staging ----------
+
+-- Reads context_paths from the host: {{path = sandbox path, data = bytes}, ...}. Runs before
+-- any sandbox exists, so a missing path costs nothing.
+local function read_context(paths)
+  if type(paths) == "string" then paths = {paths} end
+  local files = {}
+  local function add(host, inside)
+    local st = sys.stat(host)
+    if not st then error(("context_paths: %s does not exist"):format(host), 0) end
+    if st.type == "dir" then
+      local names = assert(sys.list_dir(host))
+      table.sort(names)
+      for _, name in ipairs(names) do add(host .. "/" .. name, inside .. "/" .. name) end
+    elseif st.type == "file" then
+      local data, err = sys.read_file(host)
+      if not data then error(("context_paths: cannot read %s: %s"):format(host, err), 0) end
+      files[#files + 1] = {path = inside, data = data}
+    end
+  end
+  for _, p in ipairs(paths or {}) do add(p, WORKSPACE .. "/context/" .. basename(p)) end
+  return files
+end
+
+local function is_remote(url)
+  return url:find("://", 1, true) ~= nil and not url:match("^file://") or url:match("^[%w._-]+@")
+end
+
+-- A ref that looks like a commit id is checked out as one; anything else is a branch or tag.
+local function clone_request(url, ref)
+  local req = {url = url, path = WORKSPACE .. "/repo"}
+  if ref and ref:match("^%x+$") and #ref >= 7 and #ref <= 40 then
+    req.commit_id = ref
+  else
+    req.branch = ref
+  end
+  return req
+end
+
+local function fail(what, err)
+  error(what .. ": " .. tostring(err), 0)
+end
+
+-- Times each step of create() for `rlm daytona-smoke`.
+local function timed(steps, name, fn)
+  local t0 = sys.now()
+  local a, b = fn()
+  steps[#steps + 1] = {name = name, seconds = sys.now() - t0}
+  return a, b
+end
+
+--- Creates a sandbox with the workspace staged (the driver is started by start_driver).
+-- Raises on failure, deleting whatever it made.
+function M.create(opts)
+  local client = client_for(opts)
+  local steps = {}
+  local context = opts.context_paths and read_context(opts.context_paths) or {}
+  local source = require("rlm.core.host").resource("lua/rlm/driver.py")
+  if not source then error("the driver (lua/rlm/driver.py) is missing from this build", 0) end
+
+  local volumes
+  if opts.volume_name then
+    local vol = timed(steps, "volume", function()
+      local v, err = client:volume(opts.volume_name, {create = true, wait = true})
+      if not v then fail("Daytona volume " .. opts.volume_name, err) end
+      return v
+    end)
+    volumes = {{volume = vol, mount_path = MEMORY}}
+  end
+
+  local labels = {}
+  for k, v in pairs(opts.labels or {}) do labels[k] = tostring(v) end
+  labels[M.LABEL] = "1"
+  labels[M.OWNER_LABEL] = M.owner()
+  local env = {}
+  for k, v in pairs(opts.env or {}) do env[k] = tostring(v) end
+  local minutes = math.ceil((opts.timeout or 900) / 60)
+  local block = not opts.network and not (opts.repo_url and is_remote(opts.repo_url))
+  local created = timed(steps, "create", function()
+    -- wait = false: the id is ours before anything else can fail, so it can be deleted.
+    local sb, err = client:create_sandbox{
+      snapshot = opts.snapshot, env = env, labels = labels, volumes = volumes,
+      network_block_all = block or nil,
+      -- A sandbox this process loses stops after being idle past its lifetime, and a stopped
+      -- one is deleted at once.
+      auto_stop_interval = math.max(15, minutes + 5), auto_delete_interval = 0,
+      wait = false}
+    if not sb then fail("cannot create a Daytona sandbox", err) end
+    return sb
+  end)
+
+  local self = setmetatable({id = created.id, client = client, opts = opts, steps = steps,
+                             starts = 0}, Sandbox)
+  local ok, err = pcall(function()
+    local sb = timed(steps, "start", function()
+      if created.state == "started" then return created end
+      local s, e = client:wait_sandbox(created.id, {"started"}, opts.start_timeout or 120)
+      if not s then fail("the Daytona sandbox did not start", e) end
+      return s
+    end)
+    local tb, e = client:toolbox(sb)
+    if not tb then fail("cannot reach the sandbox's toolbox", e) end
+    self.toolbox = tb
+    timed(steps, "upload", function()
+      local files = {{path = DRIVER, data = source}}
+      table.move(context, 1, #context, 2, files)
+      local up, why = tb:upload(files, {timeout = 120})
+      if not up then fail("cannot upload the driver and context_paths", why) end
+    end)
+    if opts.repo_url then
+      timed(steps, "clone", function()
+        local cloned, why = tb:git_clone(clone_request(opts.repo_url, opts.repo_ref))
+        if not cloned then fail("git clone " .. opts.repo_url .. " failed", why) end
+      end)
+    end
+  end)
+  if not ok then
+    self:destroy()
+    error(err, 0)
+  end
+  return self
+end
+
+-- ---------- the driver ----------
+
+function Sandbox:start_driver()
+  if self.session then return true end
+  self.starts = self.starts + 1
+  local session = ("rlm-driver-%d"):format(self.starts)
+  local socket = ("%s/driver-%d.sock"):format(RLM_DIR, self.starts)
+  local tb = self.toolbox
+  local ok, err = tb:create_session(session)
+  if not ok then fail("cannot start the sandbox's driver (session)", err) end
+  -- No `exec`: on Daytona a session is one long-lived shell, which must outlive the driver.
+  local command = ("mkdir -p %s %s && cd %s && %s -u %s --serve %s"):format(
+    WORKSPACE, MEMORY, WORKSPACE, PYTHON, DRIVER, socket)
+  local res, why = tb:session_exec{session = session, command = command, async = true}
+  if not res then
+    tb:delete_session(session)
+    fail("cannot start the sandbox's driver", why)
+  end
+  self.session, self.command_id, self.socket = session, res.cmdId, socket
+  self.awaiting_ready = true
+  return true
+end
+
+-- The driver's first line, from the session command's logs; polled, since nothing can push it.
+function Sandbox:read_ready(timeout)
+  local deadline = sys.now() + timeout
+  local pause = 0.02
+  while true do
+    local logs, err = self.toolbox:logs(self.session, self.command_id)
+    if not logs then return nil, "cannot read the driver's output: " .. tostring(err), "dead" end
+    -- Older daemons answer the logs as plain text rather than {output, stdout, stderr}.
+    if type(logs) ~= "table" then logs = {output = tostring(logs)} end
+    local out = logs.stdout or logs.output or ""
+    local line = type(out) == "string" and out:match("^([^\n]*)\n")
+    if line then
+      self.awaiting_ready = false
+      local ev, why = json.decode(line)
+      if type(ev) ~= "table" then
+        return nil, ("the driver sent something that is not a JSON event (%s): %s"):format(
+          tostring(why or type(ev)), line:sub(1, 200)), "protocol"
+      end
+      return ev
+    end
+    local cmd = self.toolbox:command(self.session, self.command_id)
+    if cmd and cmd.exitCode ~= nil and cmd.exitCode ~= json.null then
+      local tail = ((logs.stderr or logs.output or "") .. ""):gsub("%s+$", ""):sub(-600)
+      return nil, ("the sandbox's driver exited (exit %s)%s"):format(tostring(cmd.exitCode),
+        tail ~= "" and ": " .. tail or ""), "dead"
+    end
+    if sys.now() >= deadline then return nil, "no answer from the sandbox in time", "timeout" end
+    async.sleep(math.min(pause, math.max(deadline - sys.now(), 0)))
+    pause = math.min(pause * 2, 0.5)
+  end
+end
+
+-- The client command for one request line.
+function Sandbox:client_command(line)
+  if #line <= INLINE_REQUEST then
+    return ("%s %s --client %s --request-b64 %s"):format(PYTHON, DRIVER, self.socket, base64(line))
+  end
+  local ok, err = self.toolbox:upload({{path = REQUEST_FILE, data = line}}, {timeout = 120})
+  if not ok then return nil, "cannot upload the request: " .. tostring(err) end
+  return ("%s %s --client %s --request-file %s"):format(PYTHON, DRIVER, self.socket, REQUEST_FILE)
+end
+
+--- Sends one request and returns the next event; nil, err, kind ("timeout"|"dead"|"protocol").
+function Sandbox:request(req, timeout)
+  if not self.session then return nil, "the sandbox's driver is not running", "dead" end
+  if not req then
+    if not self.awaiting_ready then
+      return nil, "the Daytona backend reads events only in answer to a request", "protocol"
+    end
+    return self:read_ready(timeout)
+  end
+  local command, err = self:client_command(json.encode(req))
+  if not command then return nil, err, "dead" end
+  local res
+  res, err = self.toolbox:request{
+    method = "POST", path = {"process", "execute"},
+    timeout = timeout + GRACE, deadline = timeout + GRACE,
+    -- The daemon ends the client soon after the host stops waiting; the driver goes on.
+    json = {command = command, timeout = math.ceil(timeout) + 1}}
+  if not res then
+    if err.code == "TIMEOUT" or err.status == 408 or err.code == "PROCESS_EXECUTION_TIMEOUT" then
+      return nil, "no answer from the sandbox in time", "timeout"
+    end
+    return nil, tostring(err), "dead"
+  end
+  local out = type(res.result) == "string" and res.result or ""
+  if res.exitCode ~= 0 then
+    local msg = out:gsub("%s+$", ""):sub(-600)
+    return nil, ("the sandbox's driver did not answer (client exit %s)%s"):format(
+      tostring(res.exitCode), msg ~= "" and ": " .. msg or ""), "dead"
+  end
+  local line = out:match("^[^\n]*")
+  local ev, why = json.decode(line)
+  if type(ev) ~= "table" then
+    return nil, ("the driver sent something that is not a JSON event (%s): %s"):format(
+      tostring(why or type(ev)), line:sub(1, 200)), "protocol"
+  end
+  return ev
+end
+
+--- Ends the driver (its session, with every process in it); start_driver() may follow.
+function Sandbox:kill_driver()
+  local session = self.session
+  if not session then return end
+  self.session, self.command_id, self.awaiting_ready = nil, nil, false
+  if self.toolbox then
+    self.toolbox:request{method = "DELETE", path = {"process", "session", session},
+                         timeout = 10, deadline = 15}
+  end
+end
+
+-- ---------- files and commands ----------
+
+-- A sandbox path under the workspace or the volume (relative: under the workspace), refusing
+-- anything else, as the local backend does.
+local function sandbox_path(path)
+  if type(path) ~= "string" or path == "" then error("a sandbox path must be a non-empty string", 3) end
+  if path:sub(1, 1) ~= "/" then path = WORKSPACE .. "/" .. path end
+  for part in path:gmatch("[^/]+") do
+    if part == ".." then return nil, path .. ": '..' is not allowed" end
+  end
+  for _, prefix in ipairs{WORKSPACE, MEMORY} do
+    if path == prefix or path:sub(1, #prefix + 1) == prefix .. "/" then return path end
+  end
+  return nil, ("%s is outside %s and %s"):format(path, WORKSPACE, MEMORY)
+end
+
+local function file_error(path, err)
+  if type(err) == "table" and (err.code == "FILE_NOT_FOUND" or err.status == 404) then
+    return path .. ": No such file or directory"
+  end
+  return path .. ": " .. tostring(err)
+end
+
+function Sandbox:upload(path, data)
+  local p, err = sandbox_path(path)
+  if not p then return nil, err end
+  local ok, why = self.toolbox:upload({{path = p, data = data}}, {timeout = 120})
+  if not ok then return nil, file_error(p, why) end
+  return true
+end
+
+function Sandbox:download(path)
+  local p, err = sandbox_path(path)
+  if not p then return nil, err end
+  local got, why = self.toolbox:download({p}, {timeout = 120})
+  if not got then return nil, file_error(p, why) end
+  local data = got[p]
+  if type(data) ~= "string" then return nil, file_error(p, data) end
+  return data
+end
+
+local TYPES = {f = "file", d = "dir", l = "link"}
+
+--- Entries under dir, recursively: {path=, type="file"|"dir"|"link"|"other", size=}, sorted.
+-- One command (find), not one request per folder.
+function Sandbox:list(dir)
+  dir = (dir or WORKSPACE):gsub("/+$", "")
+  local p, err = sandbox_path(dir)
+  if not p then return nil, err end
+  -- Double quotes inside: the script itself travels in single quotes.
+  local script = ('[ -d %s ] || { echo "not a directory" >&2; exit 3; }; ' ..
+                  'find %s -mindepth 1 -printf "%%y %%s %%p\\0"'):format(sh_quote(p), sh_quote(p))
+  local res, why = self.toolbox:execute{command = shell_command(script), timeout = 60}
+  if not res then return nil, tostring(why) end
+  if res.exitCode == 3 then return nil, dir .. ": not a directory" end
+  if res.exitCode ~= 0 then return nil, ("listing %s failed: %s"):format(dir, res.result) end
+  local out = {}
+  for kind, size, path in (res.result or ""):gmatch("(%a) (%d+) ([^%z]+)%z") do
+    out[#out + 1] = {path = path, type = TYPES[kind] or "other", size = tonumber(size)}
+  end
+  table.sort(out, function(a, b) return a.path < b.path end)
+  return out
+end
+
+--- Runs a shell command in the workspace: {exit=, output=} | nil, err.
+function Sandbox:shell(cmd, timeout)
+  timeout = timeout or 60
+  local res, err = self.toolbox:request{
+    method = "POST", path = {"process", "execute"},
+    timeout = timeout + GRACE, deadline = timeout + GRACE,
+    json = {command = shell_command(cmd), cwd = WORKSPACE, timeout = math.ceil(timeout) + 1}}
+  if not res then
+    if err.status == 408 or err.code == "TIMEOUT" then
+      return nil, ("the command ran past %g s"):format(timeout)
+    end
+    return nil, tostring(err)
+  end
+  return {exit = res.exitCode, output = res.result or ""}
+end
+
+-- ---------- deletion ----------
+
+-- DELETE transfers started where waiting was not allowed: op -> sandbox id.
+local deleting = {}
+
+local function in_finaliser()
+  for level = 3, 60 do
+    local info = debug.getinfo(level, "n")
+    if not info then return false end
+    if info.namewhat == "metamethod" and info.name == "__gc" then return true end
+  end
+  return false
+end
+
+-- Whether this code may wait for a transfer: the main program drives the loop itself, a task
+-- yields; a finaliser may do neither.
+local function may_wait()
+  if in_finaliser() then return false end
+  if async.current() then return coroutine.isyieldable() end
+  return true
+end
+
+local function finish(op)
+  deleting[op] = nil
+  async.forget(op:id())
+  local ok, err = op:result()
+  if not ok and err and err.status ~= 404 then return nil, err end
+  return true
+end
+
+--- Deletes the sandbox; idempotent, and never yields from a finaliser (see the top).
+function Sandbox:destroy()
+  local client, id = self.client, self.id
+  if not client or self.destroyed then return end
+  self.destroyed = true
+  self.session, self.toolbox = nil, nil
+  local op = client.core:request{method = "DELETE", base = client.api_url, path = {"sandbox", id},
+                                 timeout = DELETE_TIMEOUT, deadline = DELETE_TIMEOUT,
+                                 retries = client.retries}
+  deleting[op] = id
+  if not may_wait() then return end
+  async.await(op:id(), DELETE_TIMEOUT + 5)
+  if not op:done() then return end     -- left to settle()
+  local ok, err = finish(op)
+  if not ok then error(("cannot delete Daytona sandbox %s: %s"):format(id, tostring(err)), 0) end
+end
+
+--- Waits (at most timeout seconds) for deletions started from finalisers; returns how many
+-- are still unfinished and the ids that failed.
+function M.settle(timeout)
+  local deadline = sys.now() + (timeout or DELETE_TIMEOUT)
+  local failed, ops = {}, {}
+  for op in pairs(deleting) do ops[#ops + 1] = op end
+  for _, op in ipairs(ops) do
+    local id = deleting[op]
+    if not op:done() then async.await(op:id(), math.max(deadline - sys.now(), 0.01)) end
+    if op:done() then
+      if not finish(op) then failed[#failed + 1] = id end
+    end
+  end
+  local left = 0
+  for _ in pairs(deleting) do left = left + 1 end
+  return left, failed
+end
+
+return M
