@@ -1,0 +1,126 @@
+--- `rlm mcp`: the MCP server, over stdio (default) or Streamable HTTP.
+local args = require "rlm.args"
+local host = require "rlm.core.host"
+local mcp = require "rlm.mcp.server"
+local sys = require "rlm.sys"
+
+local M = {}
+
+M.help = [[
+usage: rlm mcp [--http [HOST:]PORT] [--backend local|daytona] [--model PROVIDER/NAME]
+               [--execute-timeout S]
+
+Serves rlm's tools over the Model Context Protocol (versions 2025-11-25, 2025-06-18,
+2025-03-26, 2024-11-05):
+  rlm_execute, rlm_analyze, rlm_code, rlm_decompose     the RLM loop (needs a model)
+  sandbox_exec                                          one Python block, fresh sandbox
+  sandbox_exec_stateful, sandbox_upload, sandbox_download, sandbox_files, sandbox_shell
+                                                        the session's persistent sandbox
+  rlm_status                                            backend, model, sandboxes, usage
+
+Without --http it speaks MCP on stdin/stdout (one JSON message per line; logs on stderr) and
+exits when stdin ends. With --http it serves Streamable HTTP at http://HOST:PORT/mcp; HOST
+defaults to 127.0.0.1 and PORT 0 picks a free port (printed as "READY http://HOST:PORT").
+Binding to a non-loopback address needs RLM_MCP_TOKEN: every request must then carry
+"Authorization: Bearer $RLM_MCP_TOKEN" (the token is checked on loopback too when set).
+Host and Origin must be local; RLM_MCP_ALLOWED_HOSTS and RLM_MCP_ALLOWED_ORIGINS (comma
+separated) allow others.
+
+The model and backend come from --model/--backend or RLM_MODEL/RLM_BACKEND, as for `rlm ask`.
+
+Test only: --fixtures (or RLM_MCP_FIXTURES=1) adds the fixture tools, resources and prompts
+that the official MCP conformance suite calls. Never use it otherwise.]]
+
+local SPEC = {http = "string", backend = "string", model = "string", execute_timeout = "number",
+              fixtures = "flag"}
+
+local function eprint(...)
+  io.stderr:write("rlm mcp: ", table.concat({...}), "\n")
+  io.stderr:flush()
+end
+
+--- "8080" | "HOST:8080" | "[v6]:8080" -> host, port
+function M.parse_address(text)
+  local h, p = text:match("^%[([^%]]+)%]:(%d+)$")
+  if not h then h, p = text:match("^([^:]+):(%d+)$") end
+  if not h then h, p = "127.0.0.1", text:match("^(%d+)$") end
+  local port = tonumber(p)
+  if not port or port > 65535 then
+    error(("--http needs [HOST:]PORT, got %q"):format(text), 0)
+  end
+  return h, port
+end
+
+local function list_env(name)
+  local v = sys.getenv(name)
+  if not v or v == "" then return nil end
+  local out = {}
+  for item in v:gmatch("[^,%s]+") do out[#out + 1] = item end
+  return out
+end
+
+--- The server with rlm's tools (and, in test mode, the conformance fixtures).
+function M.build(opts)
+  local cfg = {backend = opts.backend or sys.getenv("RLM_BACKEND"),
+               model = opts.model or sys.getenv("RLM_MODEL"),
+               execute_timeout = opts.execute_timeout}
+  if cfg.backend == "" then cfg.backend = nil end
+  if cfg.model == "" then cfg.model = nil end
+  local tools = require("rlm.mcp.tools").new(cfg)
+  local fixtures = opts.fixtures and require("rlm.mcp.fixtures") or nil
+  local server = mcp.new{
+    name = "rlm", title = "rlm — Recursive Language Models", version = host.version,
+    instructions = "Tools for long-context work: rlm_execute/rlm_analyze run a model that " ..
+      "explores large inputs by writing Python in a sandbox; sandbox_* run code directly.",
+    tools = tools.list, fixtures = fixtures, log = function(text) eprint(text) end,
+    on_close = tools.close_session,
+  }
+  if fixtures then
+    for _, t in ipairs(fixtures.tools) do server:add_tool(t) end
+  end
+  return server, cfg
+end
+
+function M.main(argv)
+  local opts, rest = args.parse(argv, SPEC)
+  if #rest > 0 then
+    io.stderr:write("rlm mcp: unexpected argument '", rest[1], "'\n\n", M.help, "\n")
+    return 2
+  end
+  opts.fixtures = opts.fixtures or sys.getenv("RLM_MCP_FIXTURES") == "1"
+  local server = M.build(opts)
+  if opts.fixtures then eprint("TEST MODE: conformance fixtures are registered") end
+  -- SIGINT/SIGTERM are how a server is stopped: after the cleanup, no traceback.
+  local ok, err = pcall(M.serve, server, opts)
+  if ok then return 0 end
+  if tostring(err):find("interrupted", 1, true) then
+    eprint("stopped")
+    return 0
+  end
+  error(err, 0)
+end
+
+function M.serve(server, opts)
+  if not opts.http then
+    return require("rlm.mcp.stdio").serve(server)
+  end
+  local h, port = M.parse_address(opts.http)
+  local token = sys.getenv("RLM_MCP_TOKEN")
+  if token == "" then token = nil end
+  local http = require "rlm.mcp.http"
+  if not http.is_loopback(h) and not token then
+    error(("binding to %s exposes the sandboxes to the network: set RLM_MCP_TOKEN to a secret " ..
+           "that clients must send as a bearer token (or bind to 127.0.0.1)"):format(h), 0)
+  end
+  http.serve(server, {host = h, port = port, token = token,
+                      allowed_hosts = list_env("RLM_MCP_ALLOWED_HOSTS"),
+                      allowed_origins = list_env("RLM_MCP_ALLOWED_ORIGINS")},
+    function(bound)
+      local shown = h:find(":") and ("[" .. h .. "]") or h
+      io.stdout:write(("READY http://%s:%d\n"):format(shown, bound))
+      io.stdout:flush()
+      eprint(("serving MCP at http://%s:%d%s"):format(shown, bound, http.PATH))
+    end)
+end
+
+return M

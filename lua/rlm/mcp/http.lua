@@ -1,0 +1,245 @@
+--- MCP over Streamable HTTP at /mcp (libmicrohttpd on the host's event loop, rlm.core.httpd).
+--
+-- POST carries one JSON-RPC message. initialize opens a session (Mcp-Session-Id); later
+-- requests name it (unknown: 404). A tools/call from a client that accepts text/event-stream
+-- is answered as an SSE stream, so progress, log messages and the server's own requests
+-- (sampling, elicitation) reach the client while the tool runs; other requests get a JSON
+-- body, and notifications and responses get 202. GET has no stream to offer (405); DELETE ends
+-- the session. Every request must come with a local Host and Origin (or one allowed by the
+-- options), and, when a token is set, with `Authorization: Bearer TOKEN`.
+local async = require "rlm.async"
+local httpd = require "rlm.core.httpd"
+local json = require "rlm.json"
+local mcp = require "rlm.mcp.server"
+local sys = require "rlm.sys"
+
+local M = {}
+
+M.PATH = "/mcp"
+local SESSION_IDLE = 3600        -- seconds before an idle session (and its sandbox) is closed
+local SWEEP_EVERY = 60
+
+local LOCAL_NAMES = {["localhost"] = true, ["127.0.0.1"] = true, ["[::1]"] = true, ["::1"] = true}
+
+--- True when host names a loopback address.
+function M.is_loopback(host)
+  return LOCAL_NAMES[host] == true or host:match("^127%.%d+%.%d+%.%d+$") ~= nil
+end
+
+-- "name:port" or "[v6]:port" -> name (lower case)
+local function host_name(value)
+  value = value:lower()
+  if value:sub(1, 1) == "[" then return value:match("^(%[[^%]]*%])") end
+  return value:match("^([^:]*)")
+end
+
+local function same(a, b)
+  if #a ~= #b then return false end
+  local diff = 0
+  for i = 1, #a do diff = diff | (a:byte(i) ~ b:byte(i)) end
+  return diff == 0
+end
+
+local function random_id()
+  local f = assert(io.open("/dev/urandom", "rb"))
+  local bytes = f:read(16)
+  f:close()
+  return (bytes:gsub(".", function(c) return ("%02x"):format(c:byte()) end))
+end
+
+local function sse(msg)
+  return "event: message\ndata: " .. json.encode(msg) .. "\n\n"
+end
+
+local function reply_json(req, status, msg, headers)
+  headers = headers or {}
+  headers["Content-Type"] = "application/json"
+  req:respond(status, headers, json.encode(msg))
+end
+
+local function reply_text(req, status, text, headers)
+  headers = headers or {}
+  headers["Content-Type"] = "text/plain; charset=utf-8"
+  req:respond(status, headers, text .. "\n")
+end
+
+local Transport = {}
+Transport.__index = Transport
+
+--- opts: host (bound address), token, allowed_hosts (list of extra Host names),
+-- allowed_origins (list of extra origins, "scheme://host[:port]").
+function M.new(server, opts)
+  local self = setmetatable({server = server, opts = opts, sessions = {}}, Transport)
+  self.hosts = {}
+  for name in pairs(LOCAL_NAMES) do self.hosts[name] = true end
+  for _, h in ipairs(opts.allowed_hosts or {}) do self.hosts[host_name(h)] = true end
+  self.origins = {}
+  for _, o in ipairs(opts.allowed_origins or {}) do self.origins[o:lower()] = true end
+  local bound = opts.host or "127.0.0.1"
+  self.any_host = (bound == "0.0.0.0" or bound == "::") and not opts.allowed_hosts
+  if not self.any_host then self.hosts[host_name(bound:find(":") and ("[" .. bound .. "]") or bound)] = true end
+  return self
+end
+
+-- Why the request may not proceed (status, text), or nil.
+function Transport:refuse(req)
+  local host = req:header("Host")
+  if not host then return 400, "missing Host header" end
+  if not self.any_host and not self.hosts[host_name(host)] then
+    return 403, "forbidden Host: " .. host
+  end
+  local origin = req:header("Origin")
+  if origin then
+    local oname = origin:lower():match("^https?://([^/]+)$")
+    if not (self.origins[origin:lower()] or (oname and self.hosts[host_name(oname)])) then
+      return 403, "forbidden Origin: " .. origin
+    end
+  end
+  local token = self.opts.token
+  if token then
+    local auth = req:header("Authorization") or ""
+    local given = auth:match("^[Bb]earer%s+(.+)$")
+    if not given or not same(given, token) then return 401, "missing or wrong bearer token" end
+  end
+end
+
+function Transport:session_of(req)
+  local sid = req:header("Mcp-Session-Id")
+  if not sid then
+    return nil, 400, mcp.error_response(nil, mcp.INVALID_REQUEST,
+                                        "Bad Request: the Mcp-Session-Id header is required")
+  end
+  local session = self.sessions[sid]
+  if not session then
+    return nil, 404, mcp.error_response(nil, mcp.INVALID_REQUEST, "Session not found")
+  end
+  local version = req:header("MCP-Protocol-Version")
+  if version and not mcp.supported_version(version) then
+    return nil, 400, mcp.error_response(nil, mcp.INVALID_REQUEST,
+                                        "Bad Request: unsupported MCP-Protocol-Version " .. version)
+  end
+  session.last_used = sys.now()
+  return session
+end
+
+local DROP = {send = function() end}
+
+function Transport:initialize(req, msg)
+  local session = self.server:session()
+  local sid = random_id()
+  session.http_id = sid
+  session.last_used = sys.now()
+  local reply = session:handle(msg, DROP)
+  if reply and reply.result then
+    self.sessions[sid] = session
+    reply_json(req, 200, reply, {["Mcp-Session-Id"] = sid})
+  else
+    reply_json(req, 400, reply)
+  end
+end
+
+function Transport:post(req)
+  local ctype = (req:header("Content-Type") or ""):lower()
+  if not ctype:find("application/json", 1, true) then
+    return reply_text(req, 415, "Content-Type must be application/json")
+  end
+  local accept = (req:header("Accept") or "*/*"):lower()
+  local wants_sse = accept:find("text/event-stream", 1, true) ~= nil
+  if not (wants_sse or accept:find("application/json", 1, true) or accept:find("*/*", 1, true)) then
+    return reply_text(req, 406, "Accept must include application/json or text/event-stream")
+  end
+  local msg, err_reply = mcp.decode(req:body())
+  if not msg then return reply_json(req, 400, err_reply) end
+  local kind = mcp.kind(msg)
+  if kind == "request" and msg.method == "initialize" then return self:initialize(req, msg) end
+  local session, status, err = self:session_of(req)
+  if not session then return reply_json(req, status, err) end
+  if kind ~= "request" then
+    local reply = session:handle(msg, DROP)
+    if reply then return reply_json(req, 400, reply) end
+    return req:respond(202, {}, "")
+  end
+  if wants_sse and msg.method == "tools/call" then
+    req:stream(200, {["Content-Type"] = "text/event-stream", ["Cache-Control"] = "no-cache",
+                     ["Connection"] = "keep-alive"})
+    local channel = {send = function(m) req:send(sse(m)) end}
+    local reply = session:handle(msg, channel)
+    if reply then req:send(sse(reply)) end
+    req:finish()
+    return
+  end
+  local reply = session:handle(msg, DROP)
+  if reply then return reply_json(req, 200, reply) end
+  req:respond(202, {}, "")
+end
+
+function Transport:delete(req)
+  local session, status, err = self:session_of(req)
+  if not session then return reply_json(req, status, err) end
+  self.sessions[session.http_id] = nil
+  session:close()
+  req:respond(200, {}, "")
+end
+
+function Transport:handle(req)
+  if req:path() ~= M.PATH then return reply_text(req, 404, "not found (the endpoint is /mcp)") end
+  local status, why = self:refuse(req)
+  if status then
+    local headers = status == 401 and {["WWW-Authenticate"] = 'Bearer realm="rlm"'} or nil
+    return reply_text(req, status, why, headers)
+  end
+  local method = req:method()
+  if method == "POST" then return self:post(req) end
+  if method == "DELETE" then return self:delete(req) end
+  reply_text(req, 405, "use POST (GET streams are not offered)", {Allow = "POST, DELETE"})
+end
+
+-- Closes sessions nobody has used for a while, with their sandboxes.
+function Transport:sweep()
+  local now = sys.now()
+  for sid, session in pairs(self.sessions) do
+    if now - session.last_used > SESSION_IDLE and not session:busy() then
+      self.sessions[sid] = nil
+      session:close()
+    end
+  end
+end
+
+function Transport:close()
+  for sid, session in pairs(self.sessions) do
+    self.sessions[sid] = nil
+    session:close()
+  end
+end
+
+--- Listens and serves until interrupted. on_ready(port) is called once requests are accepted.
+function M.serve(server, opts, on_ready)
+  local self = M.new(server, opts)
+  local listener <close> = assert(httpd.listen{host = opts.host or "127.0.0.1", port = opts.port or 0})
+  on_ready(listener:port())
+  local next_sweep = sys.now() + SWEEP_EVERY
+  local ok, err = pcall(function()
+    while true do
+      async.await(listener:id(), SWEEP_EVERY)
+      while true do
+        local req = listener:next()
+        if not req then break end
+        async.spawn(function()
+          local fine, why = pcall(self.handle, self, req)
+          if not fine then
+            server:log("HTTP request failed: " .. tostring(why))
+            pcall(reply_text, req, 500, "internal error")
+          end
+        end)
+      end
+      if sys.now() >= next_sweep then
+        self:sweep()
+        next_sweep = sys.now() + SWEEP_EVERY
+      end
+    end
+  end)
+  self:close()
+  if not ok then error(err, 0) end
+end
+
+return M

@@ -1,0 +1,376 @@
+--- The MCP protocol over JSON-RPC 2.0, independent of the transport.
+--
+--   local server = require("rlm.mcp.server").new{name =, version =, tools = {...},
+--                                                 fixtures = provider | nil}
+--   local session = server:session()
+--   local reply = session:handle(msg, channel)   -- in a task; reply is nil for notifications,
+--                                                -- responses and cancelled calls
+-- A channel is {send = function(msg) end}: where messages tied to this request go (progress,
+-- log messages, the server's own requests to the client). Each tools/call runs in its own task,
+-- so calls proceed side by side and notifications/cancelled can stop one: its cancel hooks run
+-- (sandboxes shut down), its task is closed (pending <close> variables run) and no reply is
+-- sent.
+local async = require "rlm.async"
+local json = require "rlm.json"
+local loop = require "rlm.core.loop"
+local schema = require "rlm.mcp.schema"
+
+local M = {}
+
+M.VERSIONS = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
+local SUPPORTED = {}
+for _, v in ipairs(M.VERSIONS) do SUPPORTED[v] = true end
+
+M.PARSE_ERROR, M.INVALID_REQUEST, M.METHOD_NOT_FOUND = -32700, -32600, -32601
+M.INVALID_PARAMS, M.INTERNAL_ERROR = -32602, -32603
+
+local LEVELS = {debug = 1, info = 2, notice = 3, warning = 4, error = 5, critical = 6,
+                alert = 7, emergency = 8}
+local CLIENT_REQUEST_TIMEOUT = 600
+
+function M.supported_version(v)
+  return SUPPORTED[v] == true
+end
+
+--- A JSON-RPC error response.
+function M.error_response(id, code, message, data)
+  local err = {code = code, message = message}
+  if data ~= nil then err.data = data end
+  return {jsonrpc = "2.0", id = id == nil and json.null or id, error = err}
+end
+
+--- Decodes one message; returns msg, or nil and the error response to send.
+function M.decode(text)
+  local msg, err = json.decode(text)
+  if msg == nil then
+    return nil, M.error_response(nil, M.PARSE_ERROR, "Parse error: " .. tostring(err))
+  end
+  if type(msg) ~= "table" or json.is_array(msg) then
+    local why = json.is_array(msg) and "batches are not supported" or "a message must be an object"
+    return nil, M.error_response(nil, M.INVALID_REQUEST, "Invalid Request: " .. why)
+  end
+  return msg
+end
+
+local function valid_id(id)
+  return type(id) == "string" or math.type(id) == "integer" or math.type(id) == "float"
+end
+
+--- What a message is: "request", "notification", "response" or nil (invalid).
+function M.kind(msg)
+  if msg.jsonrpc ~= "2.0" then return nil end
+  if type(msg.method) == "string" then
+    if msg.id == nil then return "notification" end
+    return valid_id(msg.id) and "request" or nil
+  end
+  if valid_id(msg.id) and (msg.result ~= nil or msg.error ~= nil) then return "response" end
+  return nil
+end
+
+local function id_key(id)
+  return type(id) .. ":" .. tostring(id)
+end
+
+--- A text result; structured (a table) also becomes structuredContent.
+function M.text_result(text, structured, is_error)
+  local res = {content = json.array{{type = "text", text = text}}}
+  if structured ~= nil then res.structuredContent = structured end
+  if is_error then res.isError = true end
+  return res
+end
+
+--- A failed tool call as the model should see it.
+function M.error_result(message)
+  return M.text_result(message, nil, true)
+end
+
+-- ---------------------------------------------------------------- the server
+
+local Server = {}
+Server.__index = Server
+
+--- opts: name, version, title, instructions, tools (list of tool definitions: name, title,
+-- description, inputSchema, outputSchema, annotations, run(args, ctx) -> result), fixtures
+-- (test-only provider of resources, prompts and completions), log(text) for diagnostics,
+-- on_close(session) when a session ends.
+function M.new(opts)
+  local self = setmetatable({opts = opts, tools = {}, order = {}, sessions = 0}, Server)
+  for _, tool in ipairs(opts.tools or {}) do self:add_tool(tool) end
+  return self
+end
+
+function Server:add_tool(tool)
+  assert(type(tool.name) == "string" and type(tool.run) == "function", "a tool needs name and run")
+  if not self.tools[tool.name] then self.order[#self.order + 1] = tool.name end
+  self.tools[tool.name] = tool
+end
+
+function Server:log(text)
+  if self.opts.log then self.opts.log(text) end
+end
+
+function Server:capabilities()
+  local caps = {tools = {listChanged = false}, logging = json.object()}
+  if self.opts.fixtures then
+    caps.resources = {subscribe = true, listChanged = false}
+    caps.prompts = {listChanged = false}
+    caps.completions = json.object()
+  end
+  return caps
+end
+
+function Server:tool_list()
+  local list = json.array()
+  for _, name in ipairs(self.order) do
+    local t = self.tools[name]
+    list[#list + 1] = {name = t.name, title = t.title, description = t.description,
+                       inputSchema = t.inputSchema, outputSchema = t.outputSchema,
+                       annotations = t.annotations}
+  end
+  return list
+end
+
+-- ---------------------------------------------------------------- sessions
+
+local Session = {}
+Session.__index = Session
+
+function Server:session()
+  self.sessions = self.sessions + 1
+  return setmetatable({server = self, n = self.sessions, level = "info", calls = {},
+                       waiting = {}, next_request = 0, state = {}, closed = false}, Session)
+end
+
+local handlers = {}
+
+--- Handles one decoded message. Runs in a task (tools/call waits for its tool).
+function Session:handle(msg, channel)
+  local kind = M.kind(msg)
+  if kind == nil then
+    local id = valid_id(msg.id) and msg.id or nil
+    return M.error_response(id, M.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
+  end
+  if kind == "response" then
+    self:resolve(msg)
+    return nil
+  end
+  if kind == "notification" then
+    self:notify(msg)
+    return nil
+  end
+  local fn = handlers[msg.method] or (self.server.opts.fixtures and
+                                      self.server.opts.fixtures.handlers[msg.method])
+  if not fn then
+    return M.error_response(msg.id, M.METHOD_NOT_FOUND, "Method not found: " .. msg.method)
+  end
+  local params = msg.params
+  if params == nil or params == json.null then params = {} end
+  if type(params) ~= "table" then
+    return M.error_response(msg.id, M.INVALID_PARAMS, "params must be an object")
+  end
+  local ok, result, err = pcall(fn, self, params, msg, channel)
+  if not ok then
+    self.server:log("internal error in " .. msg.method .. ": " .. tostring(result))
+    return M.error_response(msg.id, M.INTERNAL_ERROR, "Internal error: " .. tostring(result))
+  end
+  if result == nil and err == nil then return nil end       -- cancelled: no reply at all
+  if result == nil then
+    return M.error_response(msg.id, err.code, err.message, err.data)
+  end
+  return {jsonrpc = "2.0", id = msg.id, result = result}
+end
+
+function Session:notify(msg)
+  if msg.method == "notifications/initialized" then
+    self.initialized = true
+  elseif msg.method == "notifications/cancelled" then
+    local p = msg.params
+    if type(p) == "table" and valid_id(p.requestId) then self:cancel(p.requestId, p.reason) end
+  end
+end
+
+--- Stops an in-flight call; unknown or finished ids are ignored.
+function Session:cancel(request_id, reason)
+  local call = self.calls[id_key(request_id)]
+  if not call or call.finished or call.cancelled then return false end
+  call.cancelled = true
+  self.server:log(("cancelled request %s%s"):format(tostring(request_id),
+    reason and reason ~= json.null and (": " .. tostring(reason)) or ""))
+  for i = #call.on_cancel, 1, -1 do
+    local ok, err = pcall(call.on_cancel[i])
+    if not ok then self.server:log("cancel hook failed: " .. tostring(err)) end
+  end
+  -- Whatever the hooks did not stop ends here: pending <close> variables (sandboxes) run.
+  if coroutine.status(call.task.co) == "suspended" then
+    local ok, err = coroutine.close(call.task.co)
+    if not ok then self.server:log("closing the cancelled call: " .. tostring(err)) end
+  end
+  loop.ready(call.wake)
+  return true
+end
+
+--- Cancels every call and runs the session's cleanup (the transport is going away).
+function Session:close()
+  if self.closed then return end
+  self.closed = true
+  for _, call in pairs(self.calls) do
+    if not call.finished then self:cancel(call.request_id, "session closed") end
+  end
+  for _, w in pairs(self.waiting) do
+    w.error = {code = M.INTERNAL_ERROR, message = "session closed"}
+    loop.ready(w.op)
+  end
+  if self.server.opts.on_close then
+    local ok, err = pcall(self.server.opts.on_close, self)
+    if not ok then self.server:log("session cleanup failed: " .. tostring(err)) end
+  end
+end
+
+--- True while calls are running.
+function Session:busy()
+  for _, call in pairs(self.calls) do
+    if not call.finished then return true end
+  end
+  return false
+end
+
+--- Sends a request to the client over channel and waits for its answer: result | nil, err.
+function Session:request(channel, method, params)
+  self.next_request = self.next_request + 1
+  local id = "rlm-" .. self.next_request
+  local w = {op = loop.new_id()}
+  self.waiting[id_key(id)] = w
+  channel.send{jsonrpc = "2.0", id = id, method = method, params = params}
+  local ok = async.await(w.op, CLIENT_REQUEST_TIMEOUT)
+  self.waiting[id_key(id)] = nil
+  if not ok then return nil, {code = M.INTERNAL_ERROR, message = method .. ": the client did not answer"} end
+  if w.error then return nil, w.error end
+  return w.result
+end
+
+function Session:resolve(msg)
+  local w = self.waiting[id_key(msg.id)]
+  if not w then return end
+  if msg.error ~= nil then
+    w.error = type(msg.error) == "table" and msg.error or {code = M.INTERNAL_ERROR, message = tostring(msg.error)}
+  else
+    w.result = msg.result
+  end
+  loop.ready(w.op)
+end
+
+--- Sends a log message to the client when level is at or above the client's threshold.
+function Session:log_message(channel, level, data, logger)
+  if (LEVELS[level] or 0) < LEVELS[self.level] then return end
+  channel.send{jsonrpc = "2.0", method = "notifications/message",
+               params = {level = level, logger = logger, data = data}}
+end
+
+-- ---------------------------------------------------------------- methods
+
+function handlers.initialize(session, params)
+  local asked = params.protocolVersion
+  session.protocol = SUPPORTED[asked] and asked or M.VERSIONS[1]
+  session.client = type(params.clientInfo) == "table" and params.clientInfo or {}
+  session.client_capabilities = type(params.capabilities) == "table" and params.capabilities or {}
+  local opts = session.server.opts
+  return {protocolVersion = session.protocol, capabilities = session.server:capabilities(),
+          serverInfo = {name = opts.name, title = opts.title, version = opts.version},
+          instructions = opts.instructions}
+end
+
+function handlers.ping()
+  return json.object()
+end
+
+handlers["tools/list"] = function(session)
+  return {tools = session.server:tool_list()}
+end
+
+handlers["logging/setLevel"] = function(session, params)
+  if not LEVELS[params.level] then
+    return nil, {code = M.INVALID_PARAMS, message = "unknown log level: " .. tostring(params.level)}
+  end
+  session.level = params.level
+  return json.object()
+end
+
+-- The context a tool runs with.
+local function tool_context(session, call, channel, token)
+  local ctx = {session = session, state = session.state, cancelled = false}
+  local last = nil
+  function ctx.progress(progress, total, message)
+    if token == nil or call.cancelled then return end
+    if last and progress <= last then return end     -- progress must increase
+    last = progress
+    channel.send{jsonrpc = "2.0", method = "notifications/progress",
+                 params = {progressToken = token, progress = progress, total = total,
+                           message = message}}
+  end
+  function ctx.log(level, data, logger)
+    if not call.cancelled then session:log_message(channel, level, data, logger) end
+  end
+  function ctx.request(method, params)
+    return session:request(channel, method, params)
+  end
+  function ctx.on_cancel(fn)
+    call.on_cancel[#call.on_cancel + 1] = fn
+  end
+  function ctx.is_cancelled()
+    return call.cancelled
+  end
+  return ctx
+end
+
+local function strip_nulls(args)
+  local out = {}
+  for k, v in pairs(args) do
+    if v ~= json.null then out[k] = v end
+  end
+  return out
+end
+
+handlers["tools/call"] = function(session, params, msg, channel)
+  local tool = type(params.name) == "string" and session.server.tools[params.name]
+  if not tool then
+    return nil, {code = M.INVALID_PARAMS, message = "Unknown tool: " .. tostring(params.name)}
+  end
+  local args = params.arguments
+  if args == nil or args == json.null then args = {} end
+  if type(args) ~= "table" or (json.is_array(args) and #args > 0) then
+    return M.error_result("Invalid arguments for " .. tool.name .. ": arguments must be an object")
+  end
+  args = strip_nulls(args)
+  local bad = schema.check(args, tool.inputSchema or {type = "object"})
+  if bad then
+    return M.error_result("Invalid arguments for " .. tool.name .. ": " .. bad)
+  end
+  local meta = type(params._meta) == "table" and params._meta or {}
+  local token = meta.progressToken
+  if token == json.null then token = nil end
+  local call = {request_id = msg.id, on_cancel = {}, wake = loop.new_id()}
+  local key = id_key(msg.id)
+  session.calls[key] = call
+  local ctx = tool_context(session, call, channel, token)
+  call.task = async.spawn(function()
+    local ok, res = pcall(tool.run, args, ctx)
+    call.finished = true
+    if ok and type(res) == "table" then
+      call.result = res
+    elseif ok then
+      call.result = M.error_result(tool.name .. " returned no result")
+    else
+      session.server:log(tool.name .. " failed: " .. tostring(res))
+      call.result = M.error_result(tostring(res))
+    end
+    loop.ready(call.wake)
+  end)
+  async.await(call.wake)
+  async.forget(call.wake)
+  session.calls[key] = nil
+  call.finished = true
+  if call.cancelled then return nil end
+  return call.result
+end
+
+return M

@@ -1,0 +1,67 @@
+--- MCP over stdio: one JSON message per line on stdin and stdout; logs go to stderr only.
+-- Tool calls run as tasks, so a long one never holds up a ping or a cancellation. At the
+-- end of stdin the calls still running are finished and answered, then the session closes.
+local async = require "rlm.async"
+local json = require "rlm.json"
+local mcp = require "rlm.mcp.server"
+local stdio = require "rlm.core.stdio"
+
+local M = {}
+
+local function write(msg)
+  local ok, text = pcall(json.encode, msg)
+  if not ok then
+    text = json.encode(mcp.error_response(msg.id, mcp.INTERNAL_ERROR,
+                                          "the reply could not be encoded: " .. tostring(text)))
+  end
+  io.stdout:write(text, "\n")
+  io.stdout:flush()
+end
+
+local channel = {send = write}
+
+local running = 0     -- requests not answered yet
+
+local function dispatch(session, line)
+  local msg, err_reply = mcp.decode(line)
+  if not msg then return write(err_reply) end
+  -- Only tools/call may wait; everything else is answered at once, in arrival order.
+  if mcp.kind(msg) ~= "request" or msg.method ~= "tools/call" then
+    local reply = session:handle(msg, channel)
+    if reply then write(reply) end
+    return
+  end
+  running = running + 1
+  async.spawn(function()
+    local ok, reply = pcall(session.handle, session, msg, channel)
+    running = running - 1
+    if not ok then
+      reply = mcp.error_response(msg.id, mcp.INTERNAL_ERROR, "Internal error: " .. tostring(reply))
+    end
+    if reply then write(reply) end
+  end)
+end
+
+--- Serves server on stdin/stdout until stdin ends; returns 0.
+function M.serve(server)
+  local session = server:session()
+  local reader <close> = stdio.reader(0)
+  local ok, err = pcall(function()
+    while true do
+      local line = reader:line()
+      if line then
+        if line:match("%S") then dispatch(session, line) end
+      elseif reader:eof() then
+        break
+      else
+        async.await(reader:id())
+      end
+    end
+    while running > 0 do async.sleep(0.01) end
+  end)
+  session:close()        -- also on an interrupt: the session's sandboxes end with it
+  if not ok then error(err, 0) end
+  return 0
+end
+
+return M

@@ -1,0 +1,496 @@
+--- The tools `rlm mcp` serves. Each is {name, title, description, inputSchema, outputSchema?,
+-- annotations, run(args, ctx) -> MCP result}; rlm.mcp.server validates the arguments first.
+--
+--   local tools = require("rlm.mcp.tools").new{backend =, model =, execute_timeout =}
+--   tools.list       the definitions, in the order clients see them
+--   tools.close_session(session)   ends the session's persistent sandbox
+--
+-- User code that raises is data (the result says so in its text and structuredContent);
+-- isError marks calls that could not do their job: bad arguments, a sandbox that would not
+-- start, a run that failed.
+local async = require "rlm.async"
+local json = require "rlm.json"
+local loop = require "rlm.core.loop"
+local mcp = require "rlm.mcp.server"
+local registry = require "rlm.registry"
+
+local M = {}
+
+local SESSION_LIFETIME = 24 * 3600   -- the persistent sandbox lives as long as the session
+local DECOMPOSE_CONCURRENCY = 2
+
+-- ---------------------------------------------------------------- helpers
+
+local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+local B64_INDEX = {}
+for i = 1, 64 do B64_INDEX[B64:byte(i)] = i - 1 end
+
+function M.base64_encode(data)
+  local out = {}
+  for i = 1, #data, 3 do
+    local a, b, c = data:byte(i, i + 2)
+    local n = (a << 16) | ((b or 0) << 8) | (c or 0)
+    out[#out + 1] = B64:sub((n >> 18) + 1, (n >> 18) + 1) .. B64:sub(((n >> 12) & 63) + 1, ((n >> 12) & 63) + 1) ..
+      (b and B64:sub(((n >> 6) & 63) + 1, ((n >> 6) & 63) + 1) or "=") ..
+      (c and B64:sub((n & 63) + 1, (n & 63) + 1) or "=")
+  end
+  return table.concat(out)
+end
+
+function M.base64_decode(text)
+  text = text:gsub("%s", "")
+  if #text % 4 ~= 0 or text:find("[^%w%+/=]") or text:find("=[^=]") then
+    return nil, "content is not valid base64"
+  end
+  local out = {}
+  for i = 1, #text, 4 do
+    local n, pad = 0, 0
+    for j = i, i + 3 do
+      local ch = text:byte(j)
+      if ch == 61 then pad = pad + 1; n = n << 6 else n = (n << 6) | B64_INDEX[ch] end
+    end
+    local bytes = string.char((n >> 16) & 255, (n >> 8) & 255, n & 255)
+    out[#out + 1] = bytes:sub(1, 3 - pad)
+  end
+  return table.concat(out)
+end
+
+local function str(description, extra)
+  local s = {type = "string", description = description}
+  for k, v in pairs(extra or {}) do s[k] = v end
+  return s
+end
+
+local function object(properties, required)
+  return {type = "object", properties = properties, required = json.array(required or {}),
+          additionalProperties = false}
+end
+
+local RUN_OUTPUT = object({
+  stdout = {type = "string"}, stderr = {type = "string"},
+  error = {type = "string", description = "the Python exception, when the code raised"},
+  duration = {type = "number"}, timed_out = {type = "boolean"},
+  state_lost = {type = "boolean"},
+  submitted = {type = "object", description = "fields passed to SUBMIT(...), if it was called"},
+}, {"stdout", "stderr", "duration"})
+
+-- The MCP result of one execute(): text for the model, the same facts as structuredContent.
+local function run_result(out, run)
+  local parts = {}
+  if #run.stdout > 0 then parts[#parts + 1] = run.stdout end
+  if #run.stderr > 0 then parts[#parts + 1] = "[stderr]\n" .. run.stderr end
+  if run.error then parts[#parts + 1] = "[error] " .. (run.traceback or run.error) end
+  if out then parts[#parts + 1] = "[submitted] " .. json.encode(out) end
+  local structured = {stdout = run.stdout, stderr = run.stderr, error = run.error,
+                      duration = run.duration, timed_out = run.timed_out,
+                      state_lost = run.state_lost, submitted = out and json.object(out) or nil}
+  return mcp.text_result(#parts > 0 and table.concat(parts, "\n") or "(no output)", structured)
+end
+
+-- A lock whose holder may be cancelled: release wakes every waiter and each checks again, so
+-- a waiter that was closed while queued cannot strand the others. acquire() returns a guard
+-- for `local g <close> = ...`, released also when a cancelled call's task is closed.
+local function new_lock()
+  local lock = {held = false, waiters = {}}
+  local guard = setmetatable({}, {__close = function()
+    lock.held = false
+    local waiters = lock.waiters
+    lock.waiters = {}
+    for _, id in ipairs(waiters) do loop.ready(id) end
+  end})
+  function lock.acquire()
+    while lock.held do
+      local id = loop.new_id()
+      lock.waiters[#lock.waiters + 1] = id
+      async.await(id)
+    end
+    lock.held = true
+    return guard
+  end
+  return lock
+end
+
+-- Runs fn as a task that a cancellation of the call closes (its sandboxes end with it).
+local function cancellable(ctx, fn)
+  local task = async.spawn(fn)
+  ctx.on_cancel(function()
+    if coroutine.status(task.co) == "suspended" then coroutine.close(task.co) end
+  end)
+  return task
+end
+
+-- ---------------------------------------------------------------- the tool set
+
+function M.new(cfg)
+  cfg = cfg or {}
+  local rlm = require "rlm"
+  -- calls: every model call; llm_calls: the sub-calls made from sandbox code.
+  local totals = {runs = 0, calls = 0, llm_calls = 0, input_tokens = 0, output_tokens = 0,
+                  total_tokens = 0, cost = 0.0}
+  local running = 0
+  local self = {list = {}}
+
+  local function interpreter(lifetime)
+    return rlm.interpreter{backend = cfg.backend, execute_timeout = cfg.execute_timeout,
+                           timeout = lifetime}
+  end
+
+  -- The session's persistent sandbox, started on first use. Calls on it take turns: the
+  -- caller holds the returned guard (`local turn <close>`) while it uses the sandbox.
+  local function session_interp(ctx)
+    local st = ctx.state
+    st.lock = st.lock or new_lock()
+    local turn = st.lock.acquire()
+    if st.interp == nil or st.interp.closed then
+      local ok, interp = pcall(interpreter, SESSION_LIFETIME)
+      if not ok then
+        getmetatable(turn).__close()
+        error(interp, 0)
+      end
+      st.interp = interp
+    end
+    -- A cancelled call must not leave the session's driver running its code.
+    ctx.on_cancel(function()
+      if st.interp then st.interp:shutdown(); st.interp = nil end
+    end)
+    return st.interp, turn
+  end
+
+  function self.close_session(session)
+    local interp = session.state.interp
+    session.state.interp = nil
+    if interp then interp:shutdown() end
+  end
+
+  local function add_usage(usage)
+    if type(usage) ~= "table" then return end
+    totals.runs = totals.runs + 1
+    for _, k in ipairs{"calls", "llm_calls", "input_tokens", "output_tokens", "total_tokens", "cost"} do
+      totals[k] = totals[k] + (tonumber(usage[k]) or 0)
+    end
+  end
+
+  -- One rlm.run with progress reported per turn; returns the result table.
+  local function run_loop(ctx, opts, stage)
+    opts.model, opts.backend = cfg.model, cfg.backend
+    opts.on_event = function(e)
+      if e.type == "turn" and (e.depth or 0) == 0 then
+        if stage then stage(e) else
+          ctx.progress(e.turn, e.max_iterations, ("turn %d of at most %d"):format(e.turn, e.max_iterations))
+        end
+      end
+    end
+    -- A cancelled call's task is closed mid-run: the count drops in a <close> handler.
+    running = running + 1
+    local counted <close> = setmetatable({}, {__close = function() running = running - 1 end})
+    local ok, res = pcall(rlm.run, opts)
+    if not ok then error(res, 0) end
+    add_usage(res.usage)
+    return res
+  end
+
+  local function loop_result(res, outputs)
+    local fields = res.fields or {}
+    local structured = {fields = json.object(fields), reason = res.reason,
+                        iterations = res.iterations, submitted = res.submitted,
+                        extracted = res.extracted, usage = res.usage}
+    if not res.submitted and not res.extracted then
+      return mcp.text_result("The run ended without an answer: " .. tostring(res.reason),
+                             structured, true)
+    end
+    local text
+    if #outputs == 1 then
+      local v = fields[outputs[1]]
+      text = type(v) == "string" and v or json.encode(v == nil and json.null or v)
+    else
+      text = json.encode(json.object(fields), {sort_keys = true})
+    end
+    return mcp.text_result(text, structured)
+  end
+
+  local function add(tool)
+    self.list[#self.list + 1] = tool
+  end
+
+  add{
+    name = "rlm_execute", title = "Run a task with a Recursive Language Model",
+    description = "Solve a task with the RLM loop: a model explores `context` (any size) by " ..
+      "writing Python in a sandbox, calling sub-models on pieces, until it submits the answer. " ..
+      "Use it for tasks over long documents, logs or data that do not fit in a prompt.",
+    inputSchema = object({
+      task = str("what to do, in plain words", {minLength = 1}),
+      context = str("the material to work on (text or JSON); may be very large"),
+      outputs = {type = "array", items = {type = "string"},
+                 description = "names of the output fields (default: answer)"},
+      max_iterations = {type = "integer", minimum = 1, maximum = 100,
+                        description = "turns before the run gives up (default 20)"},
+    }, {"task"}),
+    annotations = {readOnlyHint = false, openWorldHint = true},
+    run = function(args, ctx)
+      local outputs = (args.outputs and #args.outputs > 0) and args.outputs or {"answer"}
+      local res = run_loop(ctx, {task = args.task, context = args.context, outputs = outputs,
+                                 max_iterations = args.max_iterations})
+      return loop_result(res, outputs)
+    end,
+  }
+
+  add{
+    name = "rlm_analyze", title = "Answer a question about data",
+    description = "Answer a question about `data` (text, CSV, JSON, logs; any size) with the " ..
+      "RLM loop, which reads the data in a sandbox instead of a prompt.",
+    inputSchema = object({
+      data = str("the data to analyze"),
+      question = str("the question to answer", {minLength = 1}),
+    }, {"data", "question"}),
+    annotations = {readOnlyHint = true, openWorldHint = true},
+    run = function(args, ctx)
+      local res = run_loop(ctx, {
+        task = "Answer this question about the data in `context`. Base the answer on what " ..
+          "the data shows, and say so when it does not contain the answer.\n\nQuestion: " ..
+          args.question,
+        context = args.data, outputs = {"answer"}})
+      return loop_result(res, {"answer"})
+    end,
+  }
+
+  add{
+    name = "rlm_code", title = "Write and test code",
+    description = "Write code for a task and test it in the sandbox before answering; returns " ..
+      "the code, what the tests printed and a short explanation.",
+    inputSchema = object({
+      task = str("what the code must do", {minLength = 1}),
+      language = str("the language (default python; others run through subprocess)"),
+      tests = str("test cases or checks the code must pass"),
+      context = str("existing code or data the task refers to"),
+    }, {"task"}),
+    annotations = {readOnlyHint = true, openWorldHint = true},
+    run = function(args, ctx)
+      local language = args.language or "python"
+      local task = ("Write %s code for the task below. Run it in the sandbox and test it%s; " ..
+        "fix it until the tests pass. Then SUBMIT(code=<the final code as a string>, " ..
+        "test_output=<what the tests printed>, explanation=<two or three sentences>).\n\n" ..
+        "Task: %s"):format(language,
+          args.tests and (" against these checks:\n" .. args.tests .. "\n") or "", args.task)
+      local outputs = {"code", "test_output", "explanation"}
+      local res = run_loop(ctx, {task = task, context = args.context, outputs = outputs})
+      return loop_result(res, outputs)
+    end,
+  }
+
+  add{
+    name = "rlm_decompose", title = "Split a task into sub-tasks and run them",
+    description = "Plan: split the task into independent sub-tasks; run each with the RLM loop " ..
+      "(two at a time); then combine their answers into one.",
+    inputSchema = object({
+      task = str("the task to split", {minLength = 1}),
+      context = str("material every sub-task may use"),
+      max_subtasks = {type = "integer", minimum = 1, maximum = 10,
+                      description = "at most this many sub-tasks (default 5)"},
+    }, {"task"}),
+    annotations = {readOnlyHint = false, openWorldHint = true},
+    run = function(args, ctx)
+      local n = args.max_subtasks or 5
+      local plan = run_loop(ctx, {
+        task = ("Split this task into at most %d independent sub-tasks, each a complete " ..
+          "instruction that can be done on its own with `context`. SUBMIT(subtasks=[...]) with " ..
+          "a list of strings.\n\nTask: %s"):format(n, args.task),
+        context = args.context, outputs = {"subtasks"}, max_iterations = 6},
+        function() ctx.progress(0.5, n + 2, "planning") end)
+      local subtasks = plan.fields and plan.fields.subtasks
+      if type(subtasks) ~= "table" or #subtasks == 0 then
+        return loop_result(plan, {"subtasks"})
+      end
+      local done = 1
+      ctx.progress(done, #subtasks + 2, ("%d sub-tasks"):format(#subtasks))
+      local sem = async.semaphore(DECOMPOSE_CONCURRENCY)
+      local tasks = {}
+      for i = 1, math.min(#subtasks, n) do
+        local sub = tostring(subtasks[i])
+        tasks[i] = cancellable(ctx, function()
+          sem.acquire()
+          local ok, res = pcall(run_loop, ctx, {task = sub, context = args.context,
+                                                outputs = {"answer"}}, function() end)
+          sem.release()
+          done = done + 1
+          ctx.progress(done, #subtasks + 2, "sub-task " .. i .. " finished")
+          local answer = ok and res.fields and res.fields.answer
+          return {task = sub, answer = answer ~= nil and answer or json.null,
+                  error = (not ok) and tostring(res) or nil}
+        end)
+      end
+      local results = json.array()
+      for i, t in ipairs(tasks) do results[i] = t:join() end
+      local final = run_loop(ctx, {
+        task = "Combine the answers of the sub-tasks in `context` into one answer to the " ..
+          "original task: " .. args.task,
+        context = {task = args.task, subtasks = results}, outputs = {"answer"}},
+        function() end)
+      local res = loop_result(final, {"answer"})
+      res.structuredContent.subtasks = results
+      return res
+    end,
+  }
+
+  add{
+    name = "sandbox_exec", title = "Run Python once",
+    description = "Run a block of Python in a fresh, isolated sandbox and return its output. " ..
+      "Nothing is kept between calls (use sandbox_exec_stateful for that).",
+    inputSchema = object({
+      code = str("Python source to run"),
+      timeout = {type = "number", minimum = 0.1, description = "seconds before the code is stopped"},
+    }, {"code"}),
+    outputSchema = RUN_OUTPUT,
+    annotations = {readOnlyHint = false, destructiveHint = false, idempotentHint = true,
+                   openWorldHint = false},
+    run = function(args)
+      local interp <close> = interpreter(math.max(60, (args.timeout or 0) + 30))
+      interp:start()
+      local out, run = interp:execute(args.code, nil, {timeout = args.timeout})
+      return run_result(out, run)
+    end,
+  }
+
+  add{
+    name = "sandbox_exec_stateful", title = "Run Python in the session's sandbox",
+    description = "Run Python in this session's persistent sandbox: variables, imports and " ..
+      "files stay between calls. `reset` clears the variables first (files stay). Cancelling " ..
+      "a call ends the sandbox; the next call starts a fresh one.",
+    inputSchema = object({
+      code = str("Python source to run"),
+      reset = {type = "boolean", description = "clear the Python state before running"},
+      timeout = {type = "number", minimum = 0.1, description = "seconds before the code is stopped"},
+    }, {"code"}),
+    outputSchema = RUN_OUTPUT,
+    annotations = {readOnlyHint = false, destructiveHint = false, openWorldHint = false},
+    run = function(args, ctx)
+      local interp, turn <close> = session_interp(ctx)
+      if args.reset then interp:reset() end
+      local out, run = interp:execute(args.code, nil, {timeout = args.timeout})
+      return run_result(out, run)
+    end,
+  }
+
+  add{
+    name = "sandbox_upload", title = "Write a file into the session's sandbox",
+    description = "Write a file into the persistent sandbox (relative paths are under the " ..
+      "workspace, the code's working directory).",
+    inputSchema = object({
+      path = str("where to write it", {minLength = 1}),
+      content = str("the file's content"),
+      encoding = {type = "string", enum = json.array{"utf-8", "base64"},
+                  description = "how content is encoded (default utf-8)"},
+    }, {"path", "content"}),
+    outputSchema = object({path = {type = "string"}, bytes = {type = "integer"}}, {"path", "bytes"}),
+    annotations = {readOnlyHint = false, destructiveHint = true, openWorldHint = false},
+    run = function(args, ctx)
+      local data = args.content
+      if args.encoding == "base64" then
+        local decoded, err = M.base64_decode(data)
+        if not decoded then return mcp.error_result(err) end
+        data = decoded
+      end
+      local interp, turn <close> = session_interp(ctx)
+      interp:upload(args.path, data)
+      return mcp.text_result(("wrote %d bytes to %s"):format(#data, args.path),
+                             {path = args.path, bytes = #data})
+    end,
+  }
+
+  add{
+    name = "sandbox_download", title = "Read a file from the session's sandbox",
+    description = "Read a file from the persistent sandbox. Text comes back as it is, other " ..
+      "bytes as base64 (or ask for an encoding).",
+    inputSchema = object({
+      path = str("the file to read", {minLength = 1}),
+      encoding = {type = "string", enum = json.array{"auto", "utf-8", "base64"},
+                  description = "auto (default): utf-8 when the bytes are text, else base64"},
+    }, {"path"}),
+    outputSchema = object({path = {type = "string"}, bytes = {type = "integer"},
+                           encoding = {type = "string"}, content = {type = "string"}},
+                          {"path", "bytes", "encoding", "content"}),
+    annotations = {readOnlyHint = true, openWorldHint = false},
+    run = function(args, ctx)
+      local interp, turn <close> = session_interp(ctx)
+      local data, err = interp:download(args.path)
+      if not data then return mcp.error_result("cannot read " .. args.path .. ": " .. tostring(err)) end
+      local encoding = args.encoding or "auto"
+      if encoding == "auto" then encoding = utf8.len(data) and "utf-8" or "base64" end
+      local content = encoding == "base64" and M.base64_encode(data) or data
+      return mcp.text_result(content, {path = args.path, bytes = #data, encoding = encoding,
+                                       content = content})
+    end,
+  }
+
+  add{
+    name = "sandbox_files", title = "List files in the session's sandbox",
+    description = "List the files under a directory of the persistent sandbox (default the " ..
+      "workspace), recursively, with their types and sizes.",
+    inputSchema = object({dir = str("the directory to list")}),
+    outputSchema = object({files = {type = "array", items = object({
+      path = {type = "string"}, type = {type = "string"}, size = {type = "integer"}})}},
+      {"files"}),
+    annotations = {readOnlyHint = true, openWorldHint = false},
+    run = function(args, ctx)
+      local interp, turn <close> = session_interp(ctx)
+      local files, err = interp:files(args.dir)
+      if not files then return mcp.error_result("cannot list " .. tostring(args.dir or "the workspace") .. ": " .. tostring(err)) end
+      local lines, list = {}, json.array()
+      for i, f in ipairs(files) do
+        list[i] = {path = f.path, type = f.type, size = f.size}
+        lines[i] = ("%s\t%s\t%s"):format(f.type or "?", tostring(f.size or ""), f.path)
+      end
+      return mcp.text_result(#lines > 0 and table.concat(lines, "\n") or "(no files)", {files = list})
+    end,
+  }
+
+  add{
+    name = "sandbox_shell", title = "Run a shell command in the session's sandbox",
+    description = "Run a shell command in the persistent sandbox (in the workspace) and " ..
+      "return its exit status and combined output.",
+    inputSchema = object({
+      command = str("the command line (run by sh -c)", {minLength = 1}),
+      timeout = {type = "number", minimum = 0.1, description = "seconds before it is stopped (default 60)"},
+    }, {"command"}),
+    outputSchema = object({exit = {type = "integer"}, output = {type = "string"}}, {"exit", "output"}),
+    annotations = {readOnlyHint = false, destructiveHint = true, openWorldHint = false},
+    run = function(args, ctx)
+      local interp, turn <close> = session_interp(ctx)
+      local res, err = interp:shell(args.command, args.timeout or 60)
+      if not res then return mcp.error_result("the command could not run: " .. tostring(err)) end
+      local text = ("[exit %d]\n%s"):format(res.exit, res.output)
+      return mcp.text_result(text, {exit = res.exit, output = res.output})
+    end,
+  }
+
+  add{
+    name = "rlm_status", title = "Server status",
+    description = "The server's backend and model, the sandboxes alive now, the runs in " ..
+      "progress and the model usage so far.",
+    inputSchema = object({}),
+    outputSchema = object({
+      version = {type = "string"}, backend = {type = "string"}, model = {type = "string"},
+      sandboxes = {type = "integer"}, sandbox_ids = {type = "array", items = {type = "string"}},
+      runs_in_progress = {type = "integer"}, usage = {type = "object"},
+    }, {"version", "backend", "sandboxes", "runs_in_progress", "usage"}),
+    annotations = {readOnlyHint = true, openWorldHint = false},
+    run = function()
+      local ids = json.array()
+      for _, sb in ipairs(registry.list()) do ids[#ids + 1] = tostring(sb.id) end
+      table.sort(ids)
+      local status = {version = require("rlm.core.host").version,
+                      backend = cfg.backend or require("rlm.interpreter").defaults.backend,
+                      model = cfg.model, sandboxes = #ids, sandbox_ids = ids,
+                      runs_in_progress = running, usage = totals}
+      local text = ("backend %s, model %s, %d live sandbox(es), %d run(s) in progress; " ..
+        "usage: %d runs, %d model calls, %d tokens, $%.4f"):format(status.backend,
+        status.model or "(none: set RLM_MODEL)", #ids, running, totals.runs, totals.calls,
+        totals.total_tokens, totals.cost)
+      return mcp.text_result(text, status)
+    end,
+  }
+
+  return self
+end
+
+
+return M

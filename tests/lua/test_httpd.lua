@@ -1,0 +1,113 @@
+--- rlm.core.httpd: the server and its clients share this process's one event loop.
+local T = require "support"
+local async = require "rlm.async"
+local httpd = require "rlm.core.httpd"
+local http = require "rlm.http"
+local sys = require "rlm.sys"
+
+local tests = {}
+
+-- Serves each request with handler(req) in a task until the test ends.
+local function serve(handler, opts)
+  local server = assert(httpd.listen(opts or {host = "127.0.0.1", port = 0}))
+  local stop = false
+  local loop_task = async.spawn(function()
+    while not stop do
+      async.await(server:id(), 0.05)
+      while true do
+        local req = server:next()
+        if not req then break end
+        async.spawn(handler, req)
+      end
+    end
+  end)
+  T.defer(function() stop = true; loop_task:join(1); server:close() end)
+  return ("http://127.0.0.1:%d"):format(server:port()), server
+end
+
+tests["a whole response, with the request's method, path, headers and body"] = function()
+  local url = serve(function(req)
+    req:respond(201, {["X-Echo"] = req:header("x-name") or "?", ["Content-Type"] = "text/plain"},
+                req:method() .. " " .. req:path() .. " " .. req:body())
+  end)
+  local res = assert(http.request{url = url .. "/p/q", method = "POST", body = "hello",
+                                  headers = {["X-Name"] = "n1"}})
+  T.eq(res.status, 201)
+  T.eq(res.headers["x-echo"], "n1")
+  T.eq(res.body, "POST /p/q hello")
+end
+
+tests["a stream's pieces reach the client as they are sent"] = function()
+  local url = serve(function(req)
+    req:stream(200, {["Content-Type"] = "text/event-stream"})
+    for i = 1, 3 do
+      req:send(("data: %d\n\n"):format(i))
+      async.sleep(0.05)
+    end
+    req:finish()
+  end)
+  local pieces, times, t0 = {}, {}, sys.now()
+  local res = assert(http.request{url = url .. "/s", on_chunk = function(d)
+    pieces[#pieces + 1] = d
+    times[#times + 1] = sys.now() - t0
+  end})
+  T.eq(res.status, 200)
+  T.eq(table.concat(pieces), "data: 1\n\ndata: 2\n\ndata: 3\n\n")
+  T.truthy(#pieces >= 2 and times[1] < times[#times] - 0.05,
+           "the first piece came well before the stream ended")
+end
+
+tests["many clients at once are served side by side on one thread"] = function()
+  local url = serve(function(req)
+    async.sleep(0.2)
+    req:respond(200, {}, req:path())
+  end)
+  local reqs = {}
+  for i = 1, 20 do reqs[i] = {url = url .. "/" .. i} end
+  local t0 = sys.now()
+  local all = http.request_all(reqs)
+  T.truthy(sys.now() - t0 < 1.0, "20 slow requests overlap")
+  for i, res in ipairs(all) do T.eq(res.body, "/" .. i) end
+end
+
+tests["a body over the limit gets 413 without reaching Lua"] = function()
+  local seen = 0
+  local url = serve(function(req) seen = seen + 1; req:respond(200, {}, "ok") end,
+                    {host = "127.0.0.1", port = 0, max_body = 1000})
+  local res = assert(http.request{url = url, method = "POST", body = string.rep("x", 5000)})
+  T.eq(res.status, 413)
+  T.eq(seen, 0)
+  T.eq(assert(http.request{url = url, method = "POST", body = "small"}).status, 200)
+end
+
+tests["a released request is answered 500; sending to a finished stream is refused"] = function()
+  local url = serve(function(req)
+    if req:path() == "/drop" then
+      local dropped <close> = req      -- released unanswered (as when collected)
+      return
+    end
+    req:stream(200, {})
+    req:finish()
+    T.raises(function() req:send("late") end, "open stream")
+  end)
+  T.eq(assert(http.request{url = url .. "/drop", timeout = 5}).status, 500)
+  T.eq(assert(http.request{url = url .. "/s"}).status, 200)
+end
+
+tests["closing the server with a request waiting ends it cleanly"] = function()
+  local server = assert(httpd.listen{host = "127.0.0.1", port = 0})
+  local url = ("http://127.0.0.1:%d/"):format(server:port())
+  local res, err
+  local task = async.spawn(function() res, err = http.request{url = url, timeout = 5} end)
+  async.await(server:id(), 5)
+  local req = assert(server:next())
+  server:close()
+  task:join(5)
+  T.eq(res, nil)
+  T.truthy(err, "the client saw the connection end")
+  T.eq(req:gone(), true)
+  T.eq(req:respond(200, {}, "too late"), false)
+  T.eq(select(2, httpd.listen{host = "no such host", port = 0}) ~= nil, true)
+end
+
+return tests
