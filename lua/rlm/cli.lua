@@ -15,6 +15,7 @@ commands:
   exec CODE|-              run one block of Python in a fresh sandbox (--backend, --volume, --json)
   daytona-smoke            check a Daytona setup end to end, without any model (--repo URL)
   sandboxes                list the Daytona sandboxes rlm made (--prune, --all: delete leftovers)
+  mcp [--http [HOST:]PORT] serve rlm's tools over MCP (stdio, or Streamable HTTP at /mcp)
   version                  print the version
   help [COMMAND]           this text, or a command's help
 
