@@ -5,9 +5,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
-
-#include <curl/curl.h>
 
 #include "daytona_wire.h"
 
@@ -296,34 +295,4 @@ int dw_multipart_parse(const char *body, size_t len, const char *boundary, struc
             return r;
         p = next + dlen;
     }
-}
-
-double dw_retry_after(const char *value, time_t now)
-{
-    if (value == NULL)
-        return -1;
-    while (*value == ' ')
-        value++;
-    char *rest;
-    double s = strtod(value, &rest);
-    if (rest != value) {
-        while (*rest == ' ')
-            rest++;
-        if (*rest == '\0')
-            return s >= 0 ? s : -1;
-    }
-    time_t when = curl_getdate(value, &now);
-    if (when == -1)
-        return -1;
-    return when > now ? (double)(when - now) : 0;
-}
-
-double dw_backoff_ms(int attempt, double base_ms, double cap_ms, double unit)
-{
-    double d = base_ms;
-    for (int i = 1; i < attempt && d < cap_ms; i++)
-        d *= 2;
-    if (d > cap_ms)
-        d = cap_ms;
-    return d / 2 + d / 2 * unit;
 }

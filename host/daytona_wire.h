@@ -1,10 +1,9 @@
 /* daytona_wire.h — the pure pieces of the Daytona wire format, free of Lua and curl handles so
  * tests/check_daytona.c can test them directly: URL escaping, multipart/form-data encoding and
- * parsing, Retry-After and backoff arithmetic. host/ldaytona.c builds the binding on them. */
+ * parsing. host/ldaytona.c builds the binding on them (retries are host/retry.h). */
 #ifndef RLM_DAYTONA_WIRE_H
 #define RLM_DAYTONA_WIRE_H
 #include <stddef.h>
-#include <time.h>
 
 #include "buf.h"
 
@@ -46,14 +45,5 @@ int dw_multipart_boundary(const char *content_type, char *out, size_t size);
 typedef int (*dw_part_fn)(void *ud, const struct dw_part *part);
 int dw_multipart_parse(const char *body, size_t len, const char *boundary, struct buf *scratch,
                        dw_part_fn fn, void *ud, char *err, size_t errlen);
-
-/* Seconds to wait from a Retry-After value (delta-seconds, fractional accepted, or an HTTP
- * date compared with now); -1 when it is absent or unreadable. */
-double dw_retry_after(const char *value, time_t now);
-
-/* Delay before retry number attempt (1 = first retry): base * 2^(attempt-1) capped at cap,
- * then scaled into [1/2, 1] of that by unit (a random number in [0, 1)) — "equal jitter", so
- * clients that failed together do not retry together, yet the wait still grows. */
-double dw_backoff_ms(int attempt, double base_ms, double cap_ms, double unit);
 
 #endif

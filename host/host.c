@@ -38,6 +38,36 @@ const struct embedded_file *host_embedded(const char *path)
     return NULL;
 }
 
+void host_push_redacted(lua_State *L, const char *msg, const char *secret)
+{
+    if (secret && strlen(secret) >= 8 && strstr(msg, secret))
+        luaL_gsub(L, msg, secret, "[redacted]");
+    else
+        lua_pushstring(L, msg);
+}
+
+void host_free_secret(char *secret)
+{
+    if (secret) {
+        /* volatile, so the compiler cannot drop a write to memory about to be freed */
+        volatile char *p = secret;
+        while (*p)
+            *p++ = '\0';
+    }
+    free(secret);
+}
+
+void host_newclass(lua_State *L, const char *name, const luaL_Reg *metamethods,
+                   const luaL_Reg *methods)
+{
+    luaL_newmetatable(L, name);                // [meta]
+    luaL_setfuncs(L, metamethods, 0);
+    lua_newtable(L);                           // [meta, methods]
+    luaL_setfuncs(L, methods, 0);
+    lua_setfield(L, -2, "__index");
+    lua_pop(L, 1);
+}
+
 static int msghandler(lua_State *L)
 {
     const char *msg = lua_tostring(L, 1);

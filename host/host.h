@@ -3,6 +3,7 @@
 #define RLM_HOST_H
 #include <signal.h>
 #include <lua.h>
+#include <lauxlib.h>
 #include "embed.h"
 
 #define RLM_VERSION "0.1.0"
@@ -16,6 +17,20 @@ int host_pcall(lua_State *L, int nargs, int nresults);
 
 /* Prints the error on top of the stack as "rlm: <message>" to stderr and pops it. */
 void host_report(lua_State *L, int status);
+
+/* Pushes msg with every occurrence of secret replaced by "[redacted]", so no error path can
+ * leak a credential. A secret shorter than 8 bytes is no real credential and would match
+ * ordinary words, so it is left alone. [-0, +1] */
+void host_push_redacted(lua_State *L, const char *msg, const char *secret);
+
+/* Overwrites a heap copy of a secret before freeing it, so it does not linger in freed
+ * memory (and core dumps). Safe on NULL. */
+void host_free_secret(char *secret);
+
+/* Registers the metatable name for a binding's userdata: metamethods, and methods as its
+ * __index table (metamethods must hold an "__index" placeholder). [-0, +0] */
+void host_newclass(lua_State *L, const char *name, const luaL_Reg *metamethods,
+                   const luaL_Reg *methods);
 
 /* The embedded file at a repository-relative path ("lua/rlm/driver.py"), or NULL. */
 const struct embedded_file *host_embedded(const char *path);

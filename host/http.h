@@ -47,6 +47,11 @@ void http_free(struct http_call *c);
 int http_header(const struct http_call *c, const char *name, char *out, size_t size);
 /* Short machine-readable kind of a transport failure: connect, dns, timeout, tls, transfer. */
 const char *http_failure_kind(CURLcode result);
+/* For bindings building a request from Lua: appends a "Name: value" line to *list. Raises on
+ * a line break (it would smuggle a header of its own) and when out of memory. */
+void http_add_header(lua_State *L, struct curl_slist **list, const char *line);
+/* The reason phrase of an HTTP status ("Not Found"), or "" for one without a common phrase. */
+const char *http_reason_phrase(long status);
 /* A human message for a failed call (curl's own words; never headers or bodies). */
 const char *http_failure_message(const struct http_call *c);
 

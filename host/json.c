@@ -249,6 +249,17 @@ static int decode_float(struct decoder *d, const char *s, size_t n)
 }
 
 /* -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? ; integers that fit int64 stay exact. */
+/* Sets *p past the run of digits that starts at from; 0 when there is not even one. */
+static int skip_digits(const char **p, const char *from, const char *end)
+{
+    if (!is_digit(from, end))
+        return 0;
+    while (is_digit(from, end))
+        from++;
+    *p = from;
+    return 1;
+}
+
 static int decode_number(struct decoder *d)
 {
     const char *s = d->p, *p = s, *end = d->end;
@@ -273,21 +284,14 @@ static int decode_number(struct decoder *d)
     }
     size_t ndigits = (size_t)(p - digits);
     if (p < end && *p == '.') {
-        p++;
-        if (!is_digit(p, end))
+        if (!skip_digits(&p, p + 1, end))
             return fail_at(d, s, "invalid number");
-        while (is_digit(p, end))
-            p++;
         integral = 0;
     }
     if (p < end && (*p == 'e' || *p == 'E')) {
         p++;
-        if (p < end && (*p == '+' || *p == '-'))
-            p++;
-        if (!is_digit(p, end))
+        if (!skip_digits(&p, p < end && (*p == '+' || *p == '-') ? p + 1 : p, end))
             return fail_at(d, s, "invalid number");
-        while (is_digit(p, end))
-            p++;
         integral = 0;
     }
     d->p = p;
@@ -324,85 +328,83 @@ static int enter(struct decoder *d)
     return 1;
 }
 
-static int decode_array(struct decoder *d)
+/* Opens the array or object at d->p (a new table; the bracket and the space after it are
+ * skipped). 1 when items follow, 0 when close ends it at once, -1 after an error. */
+static int open_container(struct decoder *d, char close)
 {
     if (!enter(d))
-        return 0;
-    lua_State *L = d->L;
-    lua_createtable(L, 0, 0);
+        return -1;
+    lua_createtable(d->L, 0, 0);
     d->p++;
     skip_space(d);
-    if (d->p < d->end && *d->p == ']') {
+    if (d->p < d->end && *d->p == close) {
         d->p++;
-    } else {
-        for (lua_Integer n = 1;; n++) {
-            if (!decode_value(d))
-                return 0;
-            lua_rawseti(L, -2, n);
-            skip_space(d);
-            if (d->p >= d->end)
-                return fail_at(d, d->p, "unexpected end of input");
-            if (*d->p == ',') {
-                d->p++;
-                continue;
-            }
-            if (*d->p != ']')
-                return fail_at(d, d->p, "expected ',' or ']'");
-            d->p++;
-            break;
-        }
+        return 0;
     }
-    lua_pushvalue(L, d->array_mt);
-    lua_setmetatable(L, -2);
+    return 1;
+}
+
+/* After an item: 1 when a ',' announces another, 0 when close ends the container, -1 after
+ * an error. */
+static int next_item(struct decoder *d, char close)
+{
+    skip_space(d);
+    if (d->p >= d->end)
+        return fail_at(d, d->p, "unexpected end of input") - 1;
+    if (*d->p == ',') {
+        d->p++;
+        skip_space(d);
+        return 1;
+    }
+    if (*d->p != close)
+        return fail_at(d, d->p, close == ']' ? "expected ',' or ']'" : "expected ',' or '}'") - 1;
+    d->p++;
+    return 0;
+}
+
+/* Marks the finished container (on top) as an array or object for the encoder. */
+static int close_container(struct decoder *d, int mt)
+{
+    lua_pushvalue(d->L, mt);
+    lua_setmetatable(d->L, -2);
     d->depth--;
     return 1;
 }
 
+static int decode_array(struct decoder *d)
+{
+    int more = open_container(d, ']');
+    for (lua_Integer n = 1; more > 0; n++) {
+        if (!decode_value(d))
+            return 0;
+        lua_rawseti(d->L, -2, n);
+        more = next_item(d, ']');
+    }
+    return more == 0 && close_container(d, d->array_mt);
+}
+
 static int decode_object(struct decoder *d)
 {
-    if (!enter(d))
-        return 0;
-    lua_State *L = d->L;
-    lua_createtable(L, 0, 0);
-    d->p++;
-    skip_space(d);
-    if (d->p < d->end && *d->p == '}') {
+    int more = open_container(d, '}');
+    while (more > 0) {
+        if (d->p >= d->end)
+            return fail_at(d, d->p, "unexpected end of input");
+        if (*d->p != '"')
+            return fail_at(d, d->p, "expected a string key");
+        if (!decode_string(d))
+            return 0;
+        skip_space(d);
+        if (d->p >= d->end)
+            return fail_at(d, d->p, "unexpected end of input");
+        if (*d->p != ':')
+            return fail_at(d, d->p, "expected ':'");
         d->p++;
-    } else {
-        for (;;) {
-            if (d->p >= d->end)
-                return fail_at(d, d->p, "unexpected end of input");
-            if (*d->p != '"')
-                return fail_at(d, d->p, "expected a string key");
-            if (!decode_string(d))
-                return 0;
-            skip_space(d);
-            if (d->p >= d->end)
-                return fail_at(d, d->p, "unexpected end of input");
-            if (*d->p != ':')
-                return fail_at(d, d->p, "expected ':'");
-            d->p++;
-            if (!decode_value(d))
-                return 0;
-            lua_rawset(L, -3);
-            skip_space(d);
-            if (d->p >= d->end)
-                return fail_at(d, d->p, "unexpected end of input");
-            if (*d->p == ',') {
-                d->p++;
-                skip_space(d);
-                continue;
-            }
-            if (*d->p != '}')
-                return fail_at(d, d->p, "expected ',' or '}'");
-            d->p++;
-            break;
-        }
+        if (!decode_value(d))
+            return 0;
+        lua_rawset(d->L, -3);
+        more = next_item(d, '}');
     }
-    lua_pushvalue(L, d->object_mt);
-    lua_setmetatable(L, -2);
-    d->depth--;
-    return 1;
+    return more == 0 && close_container(d, d->object_mt);
 }
 
 static int decode_value(struct decoder *d)

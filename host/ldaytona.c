@@ -27,14 +27,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
-#include <time.h>
 
 #include <lauxlib.h>
 
 #include "daytona_wire.h"
+#include "host.h"
 #include "http.h"
 #include "json.h"
+#include "retry.h"
 
 #define CLIENT "rlm.daytona.client"
 #define OP "rlm.daytona.op"
@@ -81,14 +81,10 @@ static struct client *check_client(lua_State *L, int arg)
 
 static void client_release(struct client *c)
 {
-    if (c->secret)
-        memset(c->secret, 0, strlen(c->secret));
-    if (c->auth)
-        memset(c->auth, 0, strlen(c->auth));
-    free(c->auth);
+    host_free_secret(c->auth);
+    host_free_secret(c->secret);
     free(c->org);
     free(c->source);
-    free(c->secret);
     c->auth = c->org = c->source = c->secret = NULL;
 }
 
@@ -155,16 +151,6 @@ static int l_client(lua_State *L)
 
 /* ---------- error objects ---------- */
 
-/* Pushes msg with the secret replaced, so no path can leak the key. A secret too short to be
- * a real credential would match ordinary words, so it is left alone. [-0, +1] */
-static void push_scrubbed(lua_State *L, const char *msg, const char *secret)
-{
-    if (secret && strlen(secret) >= 8 && strstr(msg, secret))
-        luaL_gsub(L, msg, secret, "[redacted]");
-    else
-        lua_pushstring(L, msg);
-}
-
 /* Pushes {status, code, message, retryable, attempts} with the error metatable; the message
  * is at the top of the stack and is consumed. [-1, +1] */
 static void push_error(lua_State *L, long status, const char *code, int retryable, int attempts)
@@ -223,14 +209,6 @@ static struct op *check_op(lua_State *L, int arg)
     return luaL_checkudata(L, arg, OP);
 }
 
-static double unit_random(void)
-{
-    unsigned r;
-    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
-        r = (unsigned)loop_now_ms() * 2654435761u;
-    return (double)r / 4294967296.0;
-}
-
 static void op_finish(struct op *o)
 {
     o->finished = 1;
@@ -281,13 +259,8 @@ static void op_call_done(void *ud, struct http_call *c)
         op_finish(o);
         return;
     }
-    double wait = dw_backoff_ms(o->attempts, BACKOFF_BASE_MS, BACKOFF_CAP_MS, unit_random());
-    char value[64];
-    if (c->result == CURLE_OK && http_header(c, "retry-after", value, sizeof value) == 0) {
-        o->retry_after = dw_retry_after(value, time(NULL));
-        if (o->retry_after >= 0)   /* a little jitter still spreads clients told the same */
-            wait = o->retry_after * 1e3 + 100 * unit_random();
-    }
+    o->retry_after = retry_after_header(c);
+    double wait = retry_delay_ms(o->attempts, BACKOFF_BASE_MS, BACKOFF_CAP_MS, o->retry_after);
     double now = loop_now_ms();
     if (now + wait >= o->deadline_ms) {
         op_finish(o);
@@ -337,9 +310,7 @@ static void op_release(struct op *o)
     o->what = NULL;
     free(o->method);
     o->method = NULL;
-    if (o->secret)
-        memset(o->secret, 0, strlen(o->secret));
-    free(o->secret);
+    host_free_secret(o->secret);
     o->secret = NULL;
 }
 
@@ -355,13 +326,6 @@ static void oom(lua_State *L, int failed)
 {
     if (failed)
         luaL_error(L, "out of memory");
-}
-
-static void add_header(lua_State *L, struct op *o, const char *line)
-{
-    struct curl_slist *n = curl_slist_append(o->headers, line);
-    oom(L, n == NULL);
-    o->headers = n;
 }
 
 /* Appends the value at idx as a query value: strings and numbers as text, tables as JSON. */
@@ -528,7 +492,7 @@ static void build_body(lua_State *L, struct op *o, int req)
     char err[160];
     if (lua_getfield(L, req, "parts") != LUA_TNIL) {       // [parts]
         luaL_checktype(L, -1, LUA_TTABLE);
-        add_header(L, o, build_multipart(L, o, lua_gettop(L)));
+        http_add_header(L, &o->headers, build_multipart(L, o, lua_gettop(L)));
         lua_pop(L, 2);
         o->has_body = 1;
         return;
@@ -540,7 +504,7 @@ static void build_body(lua_State *L, struct op *o, int req)
         size_t len;                                         // [json, text]
         const char *s = lua_tolstring(L, -1, &len);
         oom(L, buf_add(&o->body, s, len));
-        add_header(L, o, "Content-Type: application/json");
+        http_add_header(L, &o->headers, "Content-Type: application/json");
         o->has_body = 1;
         lua_pop(L, 1);
     }
@@ -555,7 +519,7 @@ static void empty_body(lua_State *L, struct op *o, const char *method)
                          strcmp(method, "PATCH") == 0))
         return;
     o->has_body = 1;
-    add_header(L, o, "Content-Type:");
+    http_add_header(L, &o->headers, "Content-Type:");
 }
 
 static int idempotent_method(const char *m)
@@ -587,16 +551,16 @@ static int c_request(lua_State *L)
     oom(L, o->what == NULL);
     lua_pop(L, 1);
     add_query(L, o, 2);
-    add_header(L, o, c->auth);
+    http_add_header(L, &o->headers, c->auth);
     if (c->org)
-        add_header(L, o, c->org);
-    add_header(L, o, c->source);
+        http_add_header(L, &o->headers, c->org);
+    http_add_header(L, &o->headers, c->source);
     const char *accept = opt_string(L, 2, "accept", "application/json");
     if (strpbrk(accept, "\r\n"))
         luaL_error(L, "request field 'accept' contains a line break");
-    add_header(L, o, lua_pushfstring(L, "Accept: %s", accept));
+    http_add_header(L, &o->headers, lua_pushfstring(L, "Accept: %s", accept));
     lua_pop(L, 1);
-    add_header(L, o, "Expect:");
+    http_add_header(L, &o->headers, "Expect:");
     build_body(L, o, 2);
     empty_body(L, o, method);
     lua_getfield(L, 2, "raw");
@@ -618,39 +582,17 @@ static int c_request(lua_State *L)
 
 /* ---------- results ---------- */
 
-static const char *reason_phrase(long status)
-{
-    switch (status) {
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 410: return "Gone";
-    case 413: return "Payload Too Large";
-    case 422: return "Unprocessable Entity";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "";
-    }
-}
-
 /* "Not Found" -> "NOT_FOUND"; the code Daytona's daemon would use for that status. */
 static void push_status_code(lua_State *L, long status)
 {
-    const char *r = reason_phrase(status);
+    const char *r = http_reason_phrase(status);
     if (*r == '\0') {
         lua_pushfstring(L, "HTTP_%d", (int)status);
         return;
     }
     char code[32];
     size_t i = 0;
-    for (; r[i] && i < sizeof code - 1; i++)
+    for (; i < sizeof code - 1 && r[i]; i++)
         code[i] = r[i] == ' ' ? '_' : (char)toupper((unsigned char)r[i]);
     code[i] = '\0';
     lua_pushstring(L, code);
@@ -729,7 +671,7 @@ static int fail_http(lua_State *L, struct op *o)
     luaL_pushfail(L);
     push_body_detail(L, c->body.data, c->body.len);   // [nil, detail, code]
     const char *detail = lua_tostring(L, -2);
-    const char *phrase = reason_phrase(s);
+    const char *phrase = http_reason_phrase(s);
     if (s == 401 || s == 403) {
         lua_pushfstring(L, "Daytona %s: %d %s%s%s%s on %s; %s%s",
                         s == 401 ? "rejected the credentials" : "denied access", (int)s, phrase,
@@ -745,7 +687,7 @@ static int fail_http(lua_State *L, struct op *o)
                         detail ? ": " : "", detail ? detail : "", after, note);
         lua_remove(L, -2);
     }
-    push_scrubbed(L, lua_tostring(L, -1), o->secret);
+    host_push_redacted(L, lua_tostring(L, -1), o->secret);
     lua_remove(L, -2);                                // [nil, detail, code, msg]
     if (lua_isnil(L, -2))
         push_status_code(L, s);
@@ -771,7 +713,7 @@ static int fail_transport(lua_State *L, struct op *o)
     else
         lua_pushfstring(L, "Daytona %s failed (%s): %s%s", o->what, kind,
                         http_failure_message(c), lua_tostring(L, -1));
-    push_scrubbed(L, lua_tostring(L, -1), o->secret);
+    host_push_redacted(L, lua_tostring(L, -1), o->secret);
     lua_replace(L, -3);
     lua_pop(L, 1);
     push_error(L, 0, strcmp(kind, "timeout") == 0 ? "TIMEOUT" : "CONNECTION_FAILED",
@@ -783,7 +725,7 @@ static int fail_message(lua_State *L, struct op *o, long status, const char *cod
                         const char *msg)
 {
     luaL_pushfail(L);
-    push_scrubbed(L, msg, o->secret);
+    host_push_redacted(L, msg, o->secret);
     push_error(L, status, code, 0, o->attempts);
     return 2;
 }
@@ -819,7 +761,7 @@ static void add_part_error(lua_State *L, int part, const struct dw_part *p, cons
         lua_pushstring(L, message);
     else
         lua_pushfstring(L, "%s: %s", lua_tostring(L, -1), message);
-    push_scrubbed(L, lua_tostring(L, -1), secret);         // [obj, status, message, file, m, msg]
+    host_push_redacted(L, lua_tostring(L, -1), secret);    // [obj, status, message, file, m, msg]
     if (lua_getfield(L, obj, "code") != LUA_TSTRING) {
         lua_pop(L, 1);
         push_status_code(L, status);
@@ -962,22 +904,11 @@ static const luaL_Reg op_methods[] = {{"id", op_id},         {"done", op_done},
 static const luaL_Reg op_metamethods[] = {
     {"__gc", op_gc}, {"__close", op_gc}, {"__index", NULL}, {NULL, NULL}};
 
-static void new_class(lua_State *L, const char *name, const luaL_Reg *meta,
-                      const luaL_Reg *methods)
-{
-    luaL_newmetatable(L, name);
-    luaL_setfuncs(L, meta, 0);
-    lua_newtable(L);
-    luaL_setfuncs(L, methods, 0);
-    lua_setfield(L, -2, "__index");
-    lua_pop(L, 1);
-}
-
 int luaopen_rlm_core_daytona(lua_State *L)
 {
     loop_get(L);
-    new_class(L, CLIENT, client_metamethods, client_methods);
-    new_class(L, OP, op_metamethods, op_methods);
+    host_newclass(L, CLIENT, client_metamethods, client_methods);
+    host_newclass(L, OP, op_metamethods, op_methods);
     luaL_newmetatable(L, ERROR);
     lua_pushcfunction(L, error_tostring);
     lua_setfield(L, -2, "__tostring");

@@ -11,6 +11,7 @@
 
 #include <lauxlib.h>
 
+#include "host.h"
 #include "http.h"
 
 #define TRANSFER "rlm.http.transfer"
@@ -191,6 +192,39 @@ const char *http_failure_kind(CURLcode r)
     }
 }
 
+void http_add_header(lua_State *L, struct curl_slist **list, const char *line)
+{
+    if (strpbrk(line, "\r\n"))
+        luaL_error(L, "header contains a line break");
+    struct curl_slist *n = curl_slist_append(*list, line);
+    if (n == NULL)
+        luaL_error(L, "out of memory");
+    *list = n;
+}
+
+const char *http_reason_phrase(long status)
+{
+    switch (status) {
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 410: return "Gone";
+    case 413: return "Payload Too Large";
+    case 422: return "Unprocessable Entity";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    case 529: return "Overloaded";
+    default: return "";
+    }
+}
+
 const char *http_failure_message(const struct http_call *c)
 {
     return c->error[0] ? c->error : curl_easy_strerror(c->result);
@@ -243,17 +277,6 @@ static int transfer_gc(lua_State *L)
     return 0;
 }
 
-/* Adds one header; a value containing CR or LF would smuggle a header, so it is refused. */
-static void add_header(lua_State *L, struct transfer *t, const char *line)
-{
-    if (strpbrk(line, "\r\n"))
-        luaL_error(L, "header contains a line break");
-    struct curl_slist *n = curl_slist_append(t->headers, line);
-    if (n == NULL)
-        luaL_error(L, "out of memory");
-    t->headers = n;
-}
-
 /* headers = {["Name"] = "value", ...} or {"Name: value", ...}; [-0, +0] */
 static void read_headers(lua_State *L, int req, struct transfer *t)
 {
@@ -263,10 +286,10 @@ static void read_headers(lua_State *L, int req, struct transfer *t)
             if (lua_type(L, -2) == LUA_TSTRING) {
                 const char *name = lua_tostring(L, -2);
                 const char *value = luaL_tolstring(L, -1, NULL);
-                add_header(L, t, lua_pushfstring(L, "%s: %s", name, value));
+                http_add_header(L, &t->headers, lua_pushfstring(L, "%s: %s", name, value));
                 lua_pop(L, 2);
             } else {
-                add_header(L, t, luaL_checkstring(L, -1));
+                http_add_header(L, &t->headers, luaL_checkstring(L, -1));
             }
             lua_pop(L, 1);
         }
@@ -275,7 +298,7 @@ static void read_headers(lua_State *L, int req, struct transfer *t)
     }
     lua_pop(L, 1);
     /* curl would otherwise wait for "100 Continue" before sending larger bodies. */
-    add_header(L, t, "Expect:");
+    http_add_header(L, &t->headers, "Expect:");
 }
 
 static const char *opt_string(lua_State *L, int req, const char *field, size_t *len)
@@ -421,12 +444,7 @@ static const luaL_Reg transfer_metamethods[] = {
 int luaopen_rlm_core_http(lua_State *L)
 {
     loop_get(L);
-    luaL_newmetatable(L, TRANSFER);
-    luaL_setfuncs(L, transfer_metamethods, 0);
-    luaL_newlibtable(L, transfer_methods);
-    luaL_setfuncs(L, transfer_methods, 0);
-    lua_setfield(L, -2, "__index");
-    lua_pop(L, 1);
+    host_newclass(L, TRANSFER, transfer_metamethods, transfer_methods);
     luaL_newlib(L, http_funcs);
     return 1;
 }

@@ -22,6 +22,7 @@
 #include <microhttpd.h>
 
 #include "buf.h"
+#include "host.h"
 #include "loop.h"
 
 #define SERVER "rlm.httpd.server"
@@ -598,21 +599,11 @@ static const luaL_Reg request_methods[] = {
 static const luaL_Reg request_metamethods[] = {
     {"__gc", request_gc}, {"__close", request_gc}, {"__index", NULL}, {NULL, NULL}};
 
-static void new_meta(lua_State *L, const char *name, const luaL_Reg *meta, const luaL_Reg *methods)
-{
-    luaL_newmetatable(L, name);
-    luaL_setfuncs(L, meta, 0);
-    lua_newtable(L);
-    luaL_setfuncs(L, methods, 0);
-    lua_setfield(L, -2, "__index");
-    lua_pop(L, 1);
-}
-
 int luaopen_rlm_core_httpd(lua_State *L)
 {
     loop_get(L);
-    new_meta(L, SERVER, server_metamethods, server_methods);
-    new_meta(L, REQUEST, request_metamethods, request_methods);
+    host_newclass(L, SERVER, server_metamethods, server_methods);
+    host_newclass(L, REQUEST, request_metamethods, request_methods);
     luaL_newlib(L, httpd_funcs);
     return 1;
 }

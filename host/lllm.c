@@ -20,7 +20,7 @@
  * (going again would repeat it). Not retried: other 4xx, and a 2xx whose JSON is malformed (a
  * server that sends broken JSON with 200 is most often the wrong base URL, and an identical
  * request would pay for the same answer again). The key never appears in a message: it is
- * only put into the auth header, and every message is scrubbed of it.
+ * only put into the auth header, and every message is scrubbed of it (host_push_redacted).
  *
  * Curl callbacks only split the stream into SSE events (sse.h) and queue them; JSON is decoded
  * with the host codec (json.h) when Lua asks, in take_deltas() and result(). */
@@ -30,14 +30,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
-#include <time.h>
 
 #include <lauxlib.h>
 
-#include "daytona_wire.h"
+#include "host.h"
 #include "http.h"
 #include "json.h"
+#include "retry.h"
 #include "sse.h"
 
 #define CALL "rlm.llm.call"
@@ -115,14 +114,6 @@ static void on_chunk(void *ud, struct http_call *c, const char *data, size_t len
 
 /* ---------- attempts, retries, timers ---------- */
 
-static double unit_random(void)
-{
-    unsigned r;
-    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
-        r = (unsigned)loop_now_ms() * 2654435761u;
-    return (double)r / 4294967296.0;
-}
-
 static void reset_response(struct call *k)
 {
     k->sniffed = k->sse_mode = k->delivered = k->terminal = 0;
@@ -163,21 +154,17 @@ static int transient(const struct call *k)
     return s == 408 || s == 429 || s >= 500;
 }
 
-/* Seconds the server asked us to wait, or -1. */
+/* Seconds the server asked us to wait, or -1; OpenAI also says it in milliseconds. */
 static double server_wait(const struct http_call *c)
 {
     char value[64];
-    if (c->result != CURLE_OK)
-        return -1;
-    if (http_header(c, "retry-after-ms", value, sizeof value) == 0) {
+    if (c->result == CURLE_OK && http_header(c, "retry-after-ms", value, sizeof value) == 0) {
         char *end;
         double ms = strtod(value, &end);
         if (end != value && ms >= 0)
             return ms / 1e3;
     }
-    if (http_header(c, "retry-after", value, sizeof value) == 0)
-        return dw_retry_after(value, time(NULL));
-    return -1;
+    return retry_after_header(c);
 }
 
 static void start_attempt(struct call *k);
@@ -196,10 +183,8 @@ static void attempt_done(void *ud, struct http_call *c)
         finish(k);
         return;
     }
-    double wait = dw_backoff_ms(k->attempts, k->backoff_ms, BACKOFF_CAP_MS, unit_random());
     k->retry_after = server_wait(c);
-    if (k->retry_after >= 0)   /* a little jitter still spreads clients told the same */
-        wait = k->retry_after * 1e3 + 100 * unit_random();
+    double wait = retry_delay_ms(k->attempts, k->backoff_ms, BACKOFF_CAP_MS, k->retry_after);
     double now = loop_now_ms();
     if (now + wait >= k->deadline_ms) {
         k->waits_past_deadline = k->retry_after >= 0;
@@ -249,9 +234,7 @@ static void release(struct call *k)
     curl_slist_free_all(k->headers);
     k->headers = NULL;
     buf_free(&k->body);
-    if (k->secret)
-        memset(k->secret, 0, strlen(k->secret));
-    free(k->secret);
+    host_free_secret(k->secret);
     free(k->url);
     free(k->name);
     k->secret = k->url = k->name = NULL;
@@ -271,14 +254,6 @@ static char *dup_or_raise(lua_State *L, const char *s)
     if (d == NULL)
         luaL_error(L, "out of memory");
     return d;
-}
-
-static void add_header(lua_State *L, struct call *k, const char *line)
-{
-    struct curl_slist *n = curl_slist_append(k->headers, line);
-    if (n == NULL)
-        luaL_error(L, "out of memory");
-    k->headers = n;
 }
 
 static const char *opt_string(lua_State *L, int req, const char *field, int need)
@@ -489,11 +464,12 @@ static void build_body(lua_State *L, struct call *k, int req)
 
 static void build_headers(lua_State *L, struct call *k, int req, const char *key)
 {
-    add_header(L, k, "Content-Type: application/json");
-    add_header(L, k, k->stream ? "Accept: text/event-stream" : "Accept: application/json");
-    add_header(L, k, "Expect:");
+    http_add_header(L, &k->headers, "Content-Type: application/json");
+    http_add_header(L, &k->headers,
+                    k->stream ? "Accept: text/event-stream" : "Accept: application/json");
+    http_add_header(L, &k->headers, "Expect:");
     if (k->wire == WIRE_ANTHROPIC)
-        add_header(L, k, ANTHROPIC_VERSION);
+        http_add_header(L, &k->headers, ANTHROPIC_VERSION);
     if (key && *key) {
         if (strpbrk(key, "\r\n"))
             luaL_error(L, "the API key contains a line break");
@@ -502,7 +478,7 @@ static void build_headers(lua_State *L, struct call *k, int req, const char *key
         luaL_addstring(&b, k->wire == WIRE_ANTHROPIC ? "x-api-key: " : "Authorization: Bearer ");
         luaL_addstring(&b, key);
         luaL_pushresult(&b);
-        add_header(L, k, lua_tostring(L, -1));
+        http_add_header(L, &k->headers, lua_tostring(L, -1));
         lua_pop(L, 1);
     }
     if (lua_getfield(L, req, "headers") == LUA_TTABLE) {
@@ -512,7 +488,7 @@ static void build_headers(lua_State *L, struct call *k, int req, const char *key
                 luaL_error(L, "llm request headers must map names to strings");
             if (strpbrk(name, "\r\n:") || strpbrk(value, "\r\n"))
                 luaL_error(L, "llm request header '%s' contains a line break or colon", name);
-            add_header(L, k, lua_pushfstring(L, "%s: %s", name, value));
+            http_add_header(L, &k->headers, lua_pushfstring(L, "%s: %s", name, value));
             lua_pop(L, 1);
         }
     } else if (!lua_isnil(L, -1)) {
@@ -787,26 +763,6 @@ static const char *finish_reason(const struct call *k)
     return k->finish;
 }
 
-static const char *reason_phrase(long status)
-{
-    switch (status) {
-    case 400: return " Bad Request";
-    case 401: return " Unauthorized";
-    case 403: return " Forbidden";
-    case 404: return " Not Found";
-    case 408: return " Request Timeout";
-    case 413: return " Payload Too Large";
-    case 422: return " Unprocessable Entity";
-    case 429: return " Too Many Requests";
-    case 500: return " Internal Server Error";
-    case 502: return " Bad Gateway";
-    case 503: return " Service Unavailable";
-    case 504: return " Gateway Timeout";
-    case 529: return " Overloaded";
-    default: return "";
-    }
-}
-
 /* Pushes nil, "<name>: <msg><attempts note>" with the key scrubbed, and {kind, status,
  * attempts}. The message is at the top of the stack and is consumed. */
 static int push_failure(lua_State *L, struct call *k, const char *kind, long status)
@@ -815,10 +771,8 @@ static int push_failure(lua_State *L, struct call *k, const char *kind, long sta
     if (k->attempts > 1)
         snprintf(note, sizeof note, " (gave up after %d attempts in %.1f s)", k->attempts,
                  (loop_now_ms() - k->started_ms) / 1e3);
-    lua_pushfstring(L, "%s: %s%s", k->name, lua_tostring(L, -1), note);
-    const char *full = lua_tostring(L, -1);
-    if (k->secret && *k->secret && strstr(full, k->secret))
-        luaL_gsub(L, full, k->secret, "[redacted]");
+    host_push_redacted(L, lua_pushfstring(L, "%s: %s%s", k->name, lua_tostring(L, -1), note),
+                       k->secret);
     luaL_pushfail(L);
     lua_insert(L, -2);                          // [..., nil, message]
     lua_createtable(L, 0, 3);
@@ -847,8 +801,9 @@ static int fail_status(lua_State *L, struct call *k)
     if (k->waits_past_deadline)
         snprintf(after, sizeof after, "; the server asked to wait %.0f s, past the deadline",
                  k->retry_after);
-    lua_pushfstring(L, "HTTP %d%s%s%s%s", (int)s, reason_phrase(s), detail ? ": " : "",
-                    detail ? detail : "", after);
+    const char *phrase = http_reason_phrase(s);
+    lua_pushfstring(L, "HTTP %d%s%s%s%s%s", (int)s, *phrase ? " " : "", phrase,
+                    detail ? ": " : "", detail ? detail : "", after);
     return push_failure(L, k, "http", s);
 }
 
@@ -967,12 +922,7 @@ static const luaL_Reg call_metamethods[] = {{"__gc", call_gc},
 int luaopen_rlm_core_llm(lua_State *L)
 {
     loop_get(L);
-    luaL_newmetatable(L, CALL);
-    luaL_setfuncs(L, call_metamethods, 0);
-    luaL_newlibtable(L, call_methods);
-    luaL_setfuncs(L, call_methods, 0);
-    lua_setfield(L, -2, "__index");
-    lua_pop(L, 1);
+    host_newclass(L, CALL, call_metamethods, call_methods);
     luaL_newlib(L, llm_funcs);
     return 1;
 }

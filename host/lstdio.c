@@ -14,6 +14,7 @@
 #include <lauxlib.h>
 
 #include "buf.h"
+#include "host.h"
 #include "loop.h"
 
 #define READER "rlm.stdio.reader"
@@ -122,12 +123,7 @@ static const luaL_Reg reader_metamethods[] = {
 int luaopen_rlm_core_stdio(lua_State *L)
 {
     loop_get(L);
-    luaL_newmetatable(L, READER);
-    luaL_setfuncs(L, reader_metamethods, 0);
-    luaL_newlibtable(L, reader_methods);
-    luaL_setfuncs(L, reader_methods, 0);
-    lua_setfield(L, -2, "__index");
-    lua_pop(L, 1);
+    host_newclass(L, READER, reader_metamethods, reader_methods);
     luaL_newlib(L, stdio_funcs);
     return 1;
 }

@@ -23,6 +23,7 @@
 #include <lauxlib.h>
 
 #include "buf.h"
+#include "host.h"
 #include "loop.h"
 
 #define PROCESS "rlm.sys.process"
@@ -810,12 +811,7 @@ static const luaL_Reg process_metamethods[] = {
 int luaopen_rlm_core_sys(lua_State *L)
 {
     loop_get(L);
-    luaL_newmetatable(L, PROCESS);
-    luaL_setfuncs(L, process_metamethods, 0);
-    luaL_newlibtable(L, process_methods);
-    luaL_setfuncs(L, process_methods, 0);
-    lua_setfield(L, -2, "__index");
-    lua_pop(L, 1);
+    host_newclass(L, PROCESS, process_metamethods, process_methods);
     luaL_newlib(L, sys_funcs);
     return 1;
 }

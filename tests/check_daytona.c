@@ -1,5 +1,5 @@
 /* check_daytona.c — the pure wire pieces of the Daytona binding (host/daytona_wire.c):
- * URL escaping, multipart encoding and parsing, Retry-After and backoff. The binding itself is
+ * URL escaping, multipart encoding and parsing (retries: check_retry.c). The binding itself is
  * tested end to end against the stand-in by tests/lua/test_daytona_client.lua. */
 #include <stdio.h>
 #include <string.h>
@@ -177,29 +177,6 @@ START_TEST(boundaries_are_read_from_content_types)
 }
 END_TEST
 
-START_TEST(retry_after_reads_seconds_and_dates)
-{
-    ck_assert_double_eq(dw_retry_after("1", 0), 1);
-    ck_assert_double_eq(dw_retry_after(" 0.5 ", 0), 0.5);
-    ck_assert_double_eq(dw_retry_after("soon", 0), -1);
-    ck_assert_double_eq(dw_retry_after("-3", 0), -1);
-    ck_assert_double_eq(dw_retry_after(NULL, 0), -1);
-    /* Wed, 21 Oct 2015 07:28:00 GMT is 1445412480. */
-    ck_assert_double_eq(dw_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", 1445412470), 10);
-    ck_assert_double_eq(dw_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", 1445412490), 0);
-}
-END_TEST
-
-START_TEST(backoff_grows_with_jitter_up_to_the_cap)
-{
-    ck_assert_double_eq(dw_backoff_ms(1, 250, 8000, 0), 125);
-    ck_assert_double_eq(dw_backoff_ms(1, 250, 8000, 0.999999), 249.999875);
-    ck_assert_double_eq(dw_backoff_ms(3, 250, 8000, 0), 500);
-    ck_assert_double_eq(dw_backoff_ms(30, 250, 8000, 0), 4000);
-    ck_assert_double_le(dw_backoff_ms(30, 250, 8000, 0.999), 8000);
-}
-END_TEST
-
 Suite *make_daytona_suite(void)
 {
     Suite *s = suite_create("daytona");
@@ -210,8 +187,6 @@ Suite *make_daytona_suite(void)
     tcase_add_test(tc, multipart_parses_a_download_with_an_error_part);
     tcase_add_test(tc, broken_multipart_bodies_are_errors);
     tcase_add_test(tc, boundaries_are_read_from_content_types);
-    tcase_add_test(tc, retry_after_reads_seconds_and_dates);
-    tcase_add_test(tc, backoff_grows_with_jitter_up_to_the_cap);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -86,6 +86,49 @@ START_TEST(lua_path_override_wins_over_embedded)
 }
 END_TEST
 
+START_TEST(messages_are_redacted_of_real_secrets_only)
+{
+    host_push_redacted(L, "key sk-abcdefgh, again sk-abcdefgh!", "sk-abcdefgh");
+    ck_assert_str_eq(lua_tostring(L, -1), "key [redacted], again [redacted]!");
+    /* Too short to be a credential: scrubbing it would garble ordinary words. */
+    host_push_redacted(L, "no key: none", "none");
+    ck_assert_str_eq(lua_tostring(L, -1), "no key: none");
+    host_push_redacted(L, "nothing to hide", NULL);
+    ck_assert_str_eq(lua_tostring(L, -1), "nothing to hide");
+    lua_pop(L, 3);
+    host_free_secret(NULL);
+    host_free_secret(strdup("sk-abcdefgh"));
+}
+END_TEST
+
+static int thing_answer(lua_State *L)
+{
+    lua_pushinteger(L, 42);
+    return 1;
+}
+
+static int thing_tostring(lua_State *L)
+{
+    lua_pushliteral(L, "a thing");
+    return 1;
+}
+
+START_TEST(classes_get_their_methods_and_metamethods)
+{
+    static const luaL_Reg meta[] = {{"__tostring", thing_tostring}, {"__index", NULL}, {NULL, NULL}};
+    static const luaL_Reg methods[] = {{"answer", thing_answer}, {NULL, NULL}};
+    int top = lua_gettop(L);
+    host_newclass(L, "check.thing", meta, methods);
+    ck_assert_int_eq(lua_gettop(L), top);
+    lua_newuserdatauv(L, 1, 0);
+    luaL_setmetatable(L, "check.thing");
+    lua_setglobal(L, "thing");
+    run_lua(L, "assert(thing:answer() == 42)\n"
+               "assert(tostring(thing) == 'a thing')\n"
+               "assert(getmetatable(thing).__index.answer, 'methods are the __index table')");
+}
+END_TEST
+
 Suite *make_host_suite(void)
 {
     Suite *s = suite_create("host");
@@ -96,6 +139,8 @@ Suite *make_host_suite(void)
     tcase_add_test(tc, the_working_directory_is_never_searched);
     tcase_add_test(tc, pcall_appends_a_traceback);
     tcase_add_test(tc, lua_path_override_wins_over_embedded);
+    tcase_add_test(tc, messages_are_redacted_of_real_secrets_only);
+    tcase_add_test(tc, classes_get_their_methods_and_metamethods);
     suite_add_tcase(s, tc);
     return s;
 }

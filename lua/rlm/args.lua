@@ -61,4 +61,11 @@ function M.parse(argv, spec)
   return opts, rest
 end
 
+--- Reports a misused command as "rlm CMD: MSG" on stderr, followed by the command's help when
+-- given, and returns 2, the exit code for usage errors.
+function M.usage(cmd, msg, help)
+  io.stderr:write("rlm ", cmd, ": ", msg, "\n", help and "\n" .. help .. "\n" or "")
+  return 2
+end
+
 return M

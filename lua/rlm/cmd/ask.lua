@@ -40,8 +40,7 @@ function M.main(argv)
   local opts, rest = args.parse(argv, SPEC)
   local task = rest[1]
   if not task or #rest > 1 then
-    io.stderr:write("rlm ask: give the task as one argument\n\n", M.help, "\n")
-    return 2
+    return args.usage("ask", "give the task as one argument", M.help)
   end
   local res = require("rlm").run{
     task = task, context = read_context(opts.context), model = opts.model,

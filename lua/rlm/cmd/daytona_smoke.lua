@@ -16,12 +16,10 @@ Uses DAYTONA_API_KEY (or DAYTONA_JWT_TOKEN + DAYTONA_ORGANIZATION_ID) and DAYTON
 function M.main(argv)
   local opts, rest = args.parse(argv, {repo = "string", ref = "string", volume = "string"})
   if #rest > 0 then
-    io.stderr:write("rlm daytona-smoke: unexpected argument '", rest[1], "'\n\n", M.help, "\n")
-    return 2
+    return args.usage("daytona-smoke", ("unexpected argument '%s'"):format(rest[1]), M.help)
   end
   if opts.ref and not opts.repo then
-    io.stderr:write("rlm daytona-smoke: --ref needs --repo\n")
-    return 2
+    return args.usage("daytona-smoke", "--ref needs --repo")
   end
   return skills.run("daytona-smoke", {repo = opts.repo, ref = opts.ref, volume = opts.volume})
 end

@@ -23,9 +23,7 @@ function M.main(argv)
   local opts, rest = args.parse(argv, SPEC)
   local code = rest[1]
   if not code or #rest > 1 then
-    io.stderr:write("rlm exec: give the code as one argument, or - to read it from stdin\n\n",
-                    M.help, "\n")
-    return 2
+    return args.usage("exec", "give the code as one argument, or - to read it from stdin", M.help)
   end
   if code == "-" then code = io.stdin:read("a") end
   local interp <close> = require("rlm").interpreter{

@@ -84,8 +84,7 @@ end
 function M.main(argv)
   local opts, rest = args.parse(argv, SPEC)
   if #rest > 0 then
-    io.stderr:write("rlm mcp: unexpected argument '", rest[1], "'\n\n", M.help, "\n")
-    return 2
+    return args.usage("mcp", ("unexpected argument '%s'"):format(rest[1]), M.help)
   end
   opts.fixtures = opts.fixtures or sys.getenv("RLM_MCP_FIXTURES") == "1"
   local server = M.build(opts)

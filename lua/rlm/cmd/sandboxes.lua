@@ -27,12 +27,10 @@ end
 function M.main(argv)
   local opts, rest = args.parse(argv, {prune = "flag", all = "flag"})
   if #rest > 0 then
-    io.stderr:write("rlm sandboxes: unexpected argument '", rest[1], "'\n\n", M.help, "\n")
-    return 2
+    return args.usage("sandboxes", ("unexpected argument '%s'"):format(rest[1]), M.help)
   end
   if opts.all and not opts.prune then
-    io.stderr:write("rlm sandboxes: --all goes with --prune\n")
-    return 2
+    return args.usage("sandboxes", "--all goes with --prune")
   end
   local client = daytona.client{}
   local items, err = client:list_sandboxes{labels = {[backend.LABEL] = "1"}}

@@ -30,15 +30,14 @@ function M.main(argv)
   elseif sub == "show" then
     local s = argv[2] and skills.find(argv[2])
     if not s then
-      io.stderr:write("rlm skill show: no skill named '", tostring(argv[2]), "' (see `rlm skill list`)\n")
-      return 2
+      return args.usage("skill show", ("no skill named '%s' (see `rlm skill list`)"):format(
+        tostring(argv[2])))
     end
     io.write(s.md)
     return 0
   elseif sub == "new" then
     if not argv[2] then
-      io.stderr:write("rlm skill new: give the new skill's NAME\n")
-      return 2
+      return args.usage("skill new", "give the new skill's NAME")
     end
     print("wrote " .. skills.new(argv[2]))
     return 0

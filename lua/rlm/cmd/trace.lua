@@ -121,8 +121,7 @@ end
 function M.main(argv)
   local opts, rest = args.parse(argv, {html = "string"})
   if #rest ~= 1 then
-    io.stderr:write("rlm trace: give one FILE.jsonl\n\n", M.help, "\n")
-    return 2
+    return args.usage("trace", "give one FILE.jsonl", M.help)
   end
   local records, err = trace.read(rest[1])
   if not records then error("cannot read the trajectory: " .. err, 0) end
