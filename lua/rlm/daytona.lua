@@ -55,7 +55,9 @@ function M.client(opts)
     creds.organization_id = nonempty(opts.organization_id) or env "DAYTONA_ORGANIZATION_ID"
   end
   local ok, handle = pcall(core.client, creds)
-  if not ok then error(handle, 2) end
+  -- Missing or malformed credentials are the user's to fix: a plain message (the CLI prints it
+  -- as is), not a position inside whichever recipe or command asked for the client.
+  if not ok then error(handle, 0) end
   local api_url = nonempty(opts.api_url) or env "DAYTONA_API_URL" or env "DAYTONA_SERVER_URL"
                   or M.DEFAULT_API_URL
   return setmetatable({

@@ -216,6 +216,9 @@ function Run:run_code(blocks, final)
   local vars
   for i, code in ipairs(blocks) do
     local out, r = self.interp:execute(code, nil, {output_names = self.outputs})
+    -- A restarted driver (code deaf to execute_timeout, a crash) lost every variable; the
+    -- prompts promise `context` on every turn, so it goes back in.
+    if r.state_lost then load_context(self.interp, self.context, self.inline_context_chars) end
     vars = r.variables or vars
     outputs[#outputs + 1] = (#blocks > 1 and ("[block %d]\n"):format(i) or "") .. output_text(r)
     self.steps_code[#self.steps_code + 1] = {code = code, output = outputs[#outputs],

@@ -14,12 +14,12 @@ function F.model(script, extra_args)
   local argv = {"tests/standins/llm", "--api-key", "sk-test-key-0123456789", "--script", path}
   for _, a in ipairs(extra_args or {}) do argv[#argv + 1] = a end
   local server = T.server(argv)
+  -- Restore every name, unset ones included (pairs would skip the nils and leave them set).
+  local names = {"OPENAI_BASE_URL", "OPENAI_API_KEY", "RLM_MODEL"}
   local saved = {}
-  for _, name in ipairs{"OPENAI_BASE_URL", "OPENAI_API_KEY", "RLM_MODEL"} do
-    saved[name] = sys.getenv(name)
-  end
+  for _, name in ipairs(names) do saved[name] = sys.getenv(name) end
   T.defer(function()
-    for name, v in pairs(saved) do sys.setenv(name, v) end
+    for _, name in ipairs(names) do sys.setenv(name, saved[name]) end
   end)
   sys.setenv("OPENAI_BASE_URL", server.url .. "/v1")
   sys.setenv("OPENAI_API_KEY", "sk-test-key-0123456789")

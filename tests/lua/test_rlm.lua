@@ -60,36 +60,6 @@ tests["a 5 MB context is chunked by the model's code and aggregated from llm_que
   chunking_run("local")
 end
 
--- Points the daytona backend at a fresh stand-in; returns a function giving its live sandboxes.
-local function daytona_standin()
-  local key = "dtn-test-key-0123456789"
-  local s = T.server{"tests/standins/daytona", "--api-key", key}
-  for k, v in pairs{DAYTONA_API_KEY = key, DAYTONA_API_URL = s.url .. "/api"} do
-    local old = sys.getenv(k)
-    sys.setenv(k, v)
-    T.defer(function() sys.setenv(k, old) end)
-  end
-  return function()
-    local res = assert(require("rlm.http").request{url = s.url .. "/_control/stats"})
-    return json.decode(res.body).sandboxes
-  end
-end
-
-tests["daytona: the 5 MB chunking run, child runs and a hang, with no sandbox left"] = function()
-  local live = daytona_standin()
-  chunking_run("daytona")
-  T.eq(#live(), 0, "sandboxes left after the chunking run")
-  F.model{rules = {
-    {match = "Task: CHILD TASK", reply = F.code("SUBMIT(answer='child saw ' + str(len(context)) + ' chars')")},
-    {match = "TimeoutError", reply = F.code("SUBMIT(answer=rlm_query('CHILD TASK', 'x' * 1234))")},
-    {match = "Task: parent", reply = F.code("import time\ntime.sleep(100)")},
-  }}
-  local res = rlm.run{task = "parent", context = "ctx", backend = "daytona", execute_timeout = 2}
-  T.eq(res.answer, "child saw 1234 chars")
-  T.eq(res.iterations, 2)
-  T.eq(#live(), 0, "sandboxes left after the child run")
-end
-
 tests["rlm_query runs a child one level deeper and its calls count against the parent"] = function()
   F.model{rules = {
     {match = "Task: CHILD TASK", reply = F.code("SUBMIT(answer='child saw ' + str(len(context)) + ' chars')")},

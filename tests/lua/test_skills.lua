@@ -47,37 +47,6 @@ tests["rlm-execute gives the seed results on the local sandbox"] = function()
   T.contains(r.stdout, "all 6 patterns ok")
 end
 
-tests["daytona: the sandbox recipes give the same results on the stand-in and leave nothing behind"] = function()
-  local key = "dtn-test-key-0123456789"
-  local s = T.server{"tests/standins/daytona", "--api-key", key}
-  local env = {DAYTONA_API_KEY = key, DAYTONA_API_URL = s.url .. "/api"}
-  local function live()
-    local res = assert(require("rlm.http").request{url = s.url .. "/_control/stats"})
-    return #json.decode(res.body).sandboxes
-  end
-  local r = skill({"rlm-execute", "--backend", "daytona"}, env)
-  T.eq(r.code, 0, r.stdout .. r.stderr)
-  T.contains(r.stdout, "1307674368000")
-  T.contains(r.stdout, '{"count":42,"processed":true}')
-  T.truthy(r.stdout:find("pipeline%s+%d+ ms%s+92\n"), r.stdout)
-  T.truthy(r.stdout:find("canonical%s+%d+ ms%s+29\n"), r.stdout)
-  T.contains(r.stdout, '["Step 1: setup complete","Step 2: data loaded"]')
-  r = skill({"sandbox-execution", "--backend", "daytona"}, env)
-  T.eq(r.code, 0, r.stdout .. r.stderr)
-  T.contains(r.stdout, "state after timeout    still here")
-  T.contains(r.stdout, "version one")
-  T.contains(r.stdout, '["alpha","beta","gamma"]')
-  r = skill({"daytona-smoke"}, env)
-  T.eq(r.code, 0, r.stdout .. r.stderr)
-  r = skill({"rlm-execute", "--backend", "daytona", "bogus"}, env)
-  T.eq(r.code, 1)
-  env.OPENAI_API_KEY, env.RLM_MODEL = "", "openai/gpt-4o"
-  r = skill({"long-context", "--backend", "daytona"}, env)
-  T.eq(r.code, 1)
-  T.contains(r.stderr, "set OPENAI_API_KEY")
-  T.eq(live(), 0, "sandboxes left in the stand-in")
-end
-
 tests["the volume written by one rlm process is read back by another"] = function()
   local data = T.tmpdir()
   local first = skill({"rlm-execute", "volume"}, {XDG_DATA_HOME = data})
