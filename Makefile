@@ -1,6 +1,8 @@
 # rlm — build, test, bench.  `make run` and `make test` are the two commands the README promises.
 PREFIX  ?= /usr/local
-PKGS    := lua5.4 lua5.4-cjson libcurl libmicrohttpd
+# libseccomp builds the local sandbox's system-call filter (host/lsandbox.c): its BPF compiler
+# handles every architecture and ABI correctly, which a hand-written filter easily gets wrong.
+PKGS    := lua5.4 lua5.4-cjson libcurl libmicrohttpd libseccomp
 # Recursive (=) so pkg-config runs when a recipe needs it, after `deps` has installed the packages.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
@@ -16,7 +18,7 @@ EMBED    := $(shell find lua skills -type f ! -name '*~' ! -path '*/__pycache__/
 CHECK_SRC := $(wildcard tests/check_*.c)
 SUITES   := $(patsubst tests/check_%.c,%,$(filter-out tests/check_main.c,$(CHECK_SRC)))
 
-.PHONY: all deps run test check luatest pytest sdktest memcheck bench install clean
+.PHONY: all deps run test check luatest isolation pytest sdktest memcheck bench install clean
 all: rlm
 
 deps:
@@ -63,6 +65,10 @@ check: build/check_all rlm
 luatest: rlm
 	./rlm run tests/run.lua
 
+# The attacker's tests of the local sandbox, as root and again as uid 65534 when run as root.
+isolation: rlm
+	tests/isolation/run
+
 pytest:
 	/usr/bin/python3 -m unittest discover -s tests/py
 
@@ -70,7 +76,7 @@ sdktest:
 	@tests/sdk/run
 
 test: deps rlm
-	@$(MAKE) --no-print-directory check luatest pytest sdktest
+	@$(MAKE) --no-print-directory check luatest isolation pytest sdktest
 
 memcheck: build/check_all
 	CK_FORK=no valgrind --quiet --leak-check=full --show-leak-kinds=definite,indirect \

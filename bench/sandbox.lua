@@ -9,21 +9,50 @@ local function percentile(xs, p)
   return s[math.max(1, math.ceil(#s * p))]
 end
 
--- Start to first result: a fresh interpreter, start(), one SUBMIT back.
-local starts = {}
-for k = 1, 20 do
-  local t0 = sys.now()
-  local interp <close> = rlm.interpreter{}
-  local out = interp:execute("SUBMIT(x=1)")
-  starts[k] = sys.now() - t0
-  assert(out.x == 1)
+-- The same local sandbox without its hardening: bwrap with the flags it had before the sandbox
+-- became a boundary (no uid change, seccomp, capability drop, read-only /proc and /dev, sized
+-- tmpfs, limits or descriptor passing). Only for this comparison; rlm has no such mode.
+local function unhardened(interp)
+  local real = interp.backend
+  interp.backend = setmetatable({create = function(o)
+    local sb = real.create(o)
+    function sb.spawn_options(self, argv)
+      local a = {self.bwrap, "--unshare-all", "--die-with-parent", "--new-session",
+                 "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib",
+                 "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
+                 "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run/rlm",
+                 "--dir", "/home/daytona", "--bind", self.workspace, "/home/daytona/workspace",
+                 "--bind", self.memory, "/home/daytona/memory", "--chdir", "/home/daytona/workspace",
+                 "--uid", "1000", "--gid", "1000", "--remount-ro", "/", "--"}
+      table.move(argv, 1, #argv, #a + 1, a)
+      return {argv = a, env = self:environment()}
+    end
+    return sb
+  end}, {__index = real})
+  return interp
 end
-print(("start     new sandbox to first result   median %.1f ms  p90 %.1f ms  (20 runs, goal < 150 ms)")
-  :format(percentile(starts, 0.5) * 1e3, percentile(starts, 0.9) * 1e3))
+
+local function new_interp(bare)
+  local interp = rlm.interpreter{}
+  return bare and unhardened(interp) or interp
+end
+
+-- Start to first result: a fresh interpreter, start(), one SUBMIT back.
+local function start_times(bare)
+  local starts = {}
+  for k = 1, 20 do
+    local t0 = sys.now()
+    local interp <close> = new_interp(bare)
+    local out = interp:execute("SUBMIT(x=1)")
+    starts[k] = sys.now() - t0
+    assert(out.x == 1)
+  end
+  return starts
+end
 
 -- Round trip of a trivial block over 1,000 calls on one warm sandbox.
-do
-  local interp <close> = rlm.interpreter{}
+local function round_trips(bare)
+  local interp <close> = new_interp(bare)
   interp:execute("x = 0")
   local rt = {}
   for k = 1, 1000 do
@@ -33,9 +62,19 @@ do
   end
   local out = interp:execute("SUBMIT(x=x)")
   assert(out.x == 1000)
-  print(("execute   trivial block round trip       median %.3f ms  p99 %.3f ms  (1000 calls, goal median < 2 ms)")
-    :format(percentile(rt, 0.5) * 1e3, percentile(rt, 0.99) * 1e3))
+  return rt
 end
+
+local hard_start, bare_start = start_times(false), start_times(true)
+print(("start     new sandbox to first result   median %.1f ms  p90 %.1f ms  (20 runs, goal < 150 ms)")
+  :format(percentile(hard_start, 0.5) * 1e3, percentile(hard_start, 0.9) * 1e3))
+print(("          without the hardening         median %.1f ms  p90 %.1f ms")
+  :format(percentile(bare_start, 0.5) * 1e3, percentile(bare_start, 0.9) * 1e3))
+local hard_rt, bare_rt = round_trips(false), round_trips(true)
+print(("execute   trivial block round trip       median %.3f ms  p99 %.3f ms  (1000 calls, goal median < 2 ms)")
+  :format(percentile(hard_rt, 0.5) * 1e3, percentile(hard_rt, 0.99) * 1e3))
+print(("          without the hardening         median %.3f ms  p99 %.3f ms")
+  :format(percentile(bare_rt, 0.5) * 1e3, percentile(bare_rt, 0.99) * 1e3))
 
 -- 1,000 short snippets: a pool of 8 against one sandbox (both reset between snippets).
 -- Short snippets measure the host's per-snippet cost (one Lua thread drives every pipe);

@@ -22,7 +22,7 @@ static int push_override(lua_State *L, const char *path)
         size_t len = colon ? (size_t)(colon - dirs) : strlen(dirs);
         if (len) {
             lua_pushfstring(L, "%s/%s", lua_pushlstring(L, dirs, len), path + 4);
-            FILE *f = fopen(lua_tostring(L, -1), "rb");
+            FILE *f = fopen(lua_tostring(L, -1), "rbe");
             lua_pop(L, 2);
             if (f) {
                 luaL_Buffer b;

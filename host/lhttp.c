@@ -8,10 +8,12 @@
  * Waiting is lua/rlm/http.lua's job, through lua/rlm/async.lua. */
 #include <ctype.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include <lauxlib.h>
 
 #include "host.h"
+
 #include "http.h"
 
 #define TRANSFER "rlm.http.transfer"
@@ -57,6 +59,13 @@ static void on_done(void *ud, CURLcode result)
         c->done(c->ud, c);
 }
 
+/* curl's own sockets are inheritable; every process rlm starts must get none of them (a
+ * sandbox with the host's keep-alive connection to a model server could talk over it). */
+static curl_socket_t open_cloexec_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+
 struct http_call *http_start(loop *lp, const struct http_req *req, http_chunk_fn on_chunk,
                              http_done_fn done, void *ud)
 {
@@ -74,6 +83,7 @@ struct http_call *http_start(loop *lp, const struct http_req *req, http_chunk_fn
     c->ud = ud;
     CURL *e = c->easy;
     curl_easy_setopt(e, CURLOPT_URL, req->url);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_cloexec_socket);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->error);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);

@@ -1,10 +1,23 @@
 /* lsys.c — rlm.core.sys: what Lua lacks for running sandboxes and tools.
- *   now() time() getpid() getenv(n) setenv(n, v|nil) environ() isatty(fd) which(cmd)
+ *   now() time() getpid() getuid() getenv(n) setenv(n, v|nil) environ() isatty(fd) which(cmd)
  *   read_file(p) write_file(p, data[, mode]) (atomic) mkdir_p(p) list_dir(p) stat(p)
- *   remove(p[, recursive]) mkdtemp(prefix) realpath(p) kill(pid, sig)
- *   spawn{argv=, env=, cwd=, stdin=, stdout=, stderr=} -> process (pipes on the event loop)
- * Failures caused by the environment return nil, message; misuse raises. */
+ *   remove(p[, recursive]) mkdtemp(prefix) realpath(p) chmod(p, mode) kill(pid, sig)
+ *   spawn{argv=, env=, cwd=, stdin=, stdout=, stderr=,          -> process (pipes on the loop)
+ *         pass=, uid=, gid=, rlimits=, max_line=, max_stderr=}
+ * Failures caused by the environment return nil, message; misuse raises.
+ *
+ * A spawned process gets descriptors 0-2 and the `pass` ones, nothing else: whatever rlm has
+ * open (connections to model servers, descriptors rlm itself inherited) stays out, which
+ * matters because the process may be a sandbox.
+ *   pass = {[fd] = "bytes"}   fd (>= 3) in the child reads those bytes (a sealed memfd)
+ *   uid, gid            the child drops to them (and to no supplementary groups) before exec
+ *   rlimits = {as=, data=, nproc=, nofile=, fsize=, core=, stack=}   soft and hard, in the child
+ *   max_line = N        stdout is read only while no complete line waits (the child blocks
+ *                       until Lua takes it), and a line past N bytes stops the reading:
+ *                       p:overflowed() is then true. Without it stdout is read unbounded.
+ *   max_stderr = N      only the last N bytes of stderr are kept */
 #include <dirent.h>
+#include <grp.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -13,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -56,6 +71,12 @@ static int l_time(lua_State *L)
 static int l_getpid(lua_State *L)
 {
     lua_pushinteger(L, getpid());
+    return 1;
+}
+
+static int l_getuid(lua_State *L)
+{
+    lua_pushinteger(L, getuid());
     return 1;
 }
 
@@ -256,7 +277,7 @@ static int l_stat(lua_State *L)
     struct stat st;
     if (lstat(path, &st) != 0)
         return fail_errno(L, path);
-    lua_createtable(L, 0, 4);
+    lua_createtable(L, 0, 5);
     lua_pushstring(L, file_type(st.st_mode));
     lua_setfield(L, -2, "type");
     lua_pushinteger(L, (lua_Integer)st.st_size);
@@ -265,6 +286,8 @@ static int l_stat(lua_State *L)
     lua_setfield(L, -2, "mtime");
     lua_pushinteger(L, st.st_mode & 07777);
     lua_setfield(L, -2, "mode");
+    lua_pushinteger(L, st.st_uid);
+    lua_setfield(L, -2, "uid");
     return 1;
 }
 
@@ -318,6 +341,15 @@ static int l_mkdtemp(lua_State *L)
     return 1;
 }
 
+static int l_chmod(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    if (chmod(path, (mode_t)luaL_checkinteger(L, 2)) != 0)
+        return fail_errno(L, path);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 static int l_realpath(lua_State *L)
 {
     const char *path = luaL_checkstring(L, 1);
@@ -367,6 +399,9 @@ struct process {
     pid_t pid;
     int pidfd, in_fd, fds[2];
     struct buf in, out[2];
+    size_t out_start;            /* stdout bytes before this offset were taken by p:line() */
+    size_t max_line, max_stderr; /* 0: unbounded */
+    int paused, overflowed;      /* stdout not watched: a line waits, or one was too long */
     int eof[2], exited, wstatus;
     lua_Integer id;
 };
@@ -385,6 +420,53 @@ static void close_fd(struct process *p, int *fd)
     }
 }
 
+static void on_output(void *ud, int fd, short revents);
+
+/* Stops reading stdout; the child blocks once the pipe is full. */
+static void pause_stdout(struct process *p)
+{
+    if (!p->paused && p->fds[OUT] >= 0)
+        loop_unwatch(p->lp, p->fds[OUT]);
+    p->paused = 1;
+}
+
+/* Reads stdout again once Lua has taken every complete line (never after an overflow). */
+static void resume_stdout(struct process *p)
+{
+    struct buf *b = &p->out[OUT];
+    if (!p->paused || p->overflowed)
+        return;
+    if (b->len > p->out_start && memchr(b->data + p->out_start, '\n', b->len - p->out_start))
+        return;
+    p->paused = 0;
+    if (p->fds[OUT] >= 0)
+        loop_watch(p->lp, p->fds[OUT], POLLIN, on_output, p);
+}
+
+/* After new stdout bytes: pause when a line is complete or the line is over max_line. */
+static void bound_stdout(struct process *p, const char *chunk, size_t n)
+{
+    if (p->max_line == 0)
+        return;
+    if (memchr(chunk, '\n', n)) {
+        pause_stdout(p);
+    } else if (p->out[OUT].len - p->out_start > p->max_line) {
+        p->overflowed = 1;
+        pause_stdout(p);
+    }
+}
+
+/* Keeps the last max_stderr bytes of stderr. */
+static void bound_stderr(struct process *p)
+{
+    struct buf *b = &p->out[ERR];
+    if (p->max_stderr == 0 || b->len <= p->max_stderr)
+        return;
+    memmove(b->data, b->data + b->len - p->max_stderr, p->max_stderr);
+    b->len = p->max_stderr;
+    b->data[b->len] = '\0';
+}
+
 static void on_output(void *ud, int fd, short revents)
 {
     struct process *p = ud;
@@ -394,6 +476,13 @@ static void on_output(void *ud, int fd, short revents)
         ssize_t n = read(fd, chunk, sizeof chunk);
         if (n > 0) {
             buf_add(&p->out[which], chunk, (size_t)n);
+            if (which == ERR) {
+                bound_stderr(p);
+                continue;
+            }
+            bound_stdout(p, chunk, (size_t)n);
+            if (p->paused)
+                break;
             continue;
         }
         if (n < 0 && errno == EINTR)
@@ -540,8 +629,83 @@ static int open_null(int flags)
     return open("/dev/null", flags | O_CLOEXEC);
 }
 
-/* In the child: wire stdio, own process group, cwd, exec. Reports errno on status_fd. */
-static void child_exec(char **argv, char **envp, const char *cwd, int in, int out, int err, int status_fd)
+#define MAX_PASS 16
+
+/* What the child is set up with beyond its stdio, prepared in the parent before fork so that
+ * the child only makes system calls. */
+struct child_setup {
+    int npass, pass_src[MAX_PASS], pass_fd[MAX_PASS];
+    int nlimits, limit_res[8];
+    struct rlimit limit_val[8];
+    long uid, gid;                 /* -1: unchanged */
+};
+
+static void child_fail(int status_fd)
+{
+    int e = errno;
+    ssize_t r = write(status_fd, &e, sizeof e);
+    (void)r;
+    _exit(127);
+}
+
+/* Marks every descriptor from 3 up close-on-exec (close_range needs Linux 5.11). */
+static void cloexec_from_3(void)
+{
+    if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) == 0)
+        return;
+    struct rlimit rl;
+    long top = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (long)rl.rlim_cur
+                                                                                : 65536;
+    for (long fd = 3; fd < top; fd++)
+        fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+}
+
+/* Puts the pass descriptors at their numbers. They are first moved above every number in
+ * play, so that placing one never overwrites another (or the status pipe). */
+static int place_passed(const struct child_setup *cs, int *status_fd)
+{
+    int floor = 3;
+    for (int i = 0; i < cs->npass; i++)
+        if (cs->pass_fd[i] >= floor)
+            floor = cs->pass_fd[i] + 1;
+    int moved[MAX_PASS];
+    if ((*status_fd = fcntl(*status_fd, F_DUPFD_CLOEXEC, floor)) < 0)
+        return -1;
+    for (int i = 0; i < cs->npass; i++)
+        if ((moved[i] = fcntl(cs->pass_src[i], F_DUPFD_CLOEXEC, floor)) < 0)
+            return -1;
+    for (int i = 0; i < cs->npass; i++)
+        if (dup2(moved[i], cs->pass_fd[i]) < 0)
+            return -1;
+    return 0;
+}
+
+static int drop_privileges(const struct child_setup *cs)
+{
+    for (int i = 0; i < cs->nlimits; i++)
+        if (setrlimit(cs->limit_res[i], &cs->limit_val[i]) != 0)
+            return -1;
+    if (cs->gid >= 0 && (setgroups(0, NULL) != 0 ||
+                         setresgid((gid_t)cs->gid, (gid_t)cs->gid, (gid_t)cs->gid) != 0))
+        return -1;
+    if (cs->uid >= 0 && setresuid((uid_t)cs->uid, (uid_t)cs->uid, (uid_t)cs->uid) != 0)
+        return -1;
+    return 0;
+}
+
+/* Makes fd `target` a copy of fd, inheritable (dup2 onto itself would keep close-on-exec). */
+static void wire(int fd, int target)
+{
+    if (fd == target)
+        fcntl(fd, F_SETFD, 0);
+    else
+        dup2(fd, target);
+}
+
+/* In the child: wire stdio and the passed descriptors, close everything else, own process
+ * group, limits and identity, cwd, exec. Reports errno on status_fd. */
+static void child_exec(char **argv, char **envp, const char *cwd, int in, int out, int err,
+                       int status_fd, const struct child_setup *cs)
 {
     setpgid(0, 0);
     sigset_t none;
@@ -550,27 +714,148 @@ static void child_exec(char **argv, char **envp, const char *cwd, int in, int ou
     signal(SIGPIPE, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    if (place_passed(cs, &status_fd) != 0)
+        child_fail(status_fd);
     if (in >= 0)
-        dup2(in, 0);
+        wire(in, 0);
     if (out >= 0)
-        dup2(out, 1);
+        wire(out, 1);
     if (err == -2)
         dup2(1, 2);
     else if (err >= 0)
-        dup2(err, 2);
-    if (cwd && chdir(cwd) != 0) {
-        int e = errno;
-        ssize_t r = write(status_fd, &e, sizeof e);
-        (void)r;
-        _exit(127);
-    }
+        wire(err, 2);
+    cloexec_from_3();
+    for (int i = 0; i < cs->npass; i++)
+        fcntl(cs->pass_fd[i], F_SETFD, 0);
+    if (drop_privileges(cs) != 0)
+        child_fail(status_fd);
+    if (cwd && chdir(cwd) != 0)
+        child_fail(status_fd);
     if (envp)
         environ = envp;
     execvp(argv[0], argv);
-    int e = errno;
-    ssize_t r = write(status_fd, &e, sizeof e);
-    (void)r;
-    _exit(127);
+    child_fail(status_fd);
+}
+
+/* A sealed, read-only memfd holding data; -1 with errno on failure. */
+static int sealed_memfd(const char *data, size_t len)
+{
+    int fd = memfd_create("rlm-pass", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return -1;
+    if (write_all(fd, data, len) != 0 || lseek(fd, 0, SEEK_SET) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+static void close_passed(struct child_setup *cs)
+{
+    for (int i = 0; i < cs->npass; i++)
+        close(cs->pass_src[i]);
+    cs->npass = 0;
+}
+
+/* Reads opts.pass into cs, opening each descriptor; raises on misuse (after closing what it
+ * opened), returns -1 with errno when the system refuses. */
+static int read_pass(lua_State *L, int opts, struct child_setup *cs)
+{
+    if (lua_getfield(L, opts, "pass") == LUA_TNIL) {
+        lua_pop(L, 1);
+        return 0;
+    }
+    int tbl = lua_gettop(L);
+    luaL_argcheck(L, lua_istable(L, tbl), 1, "spawn: pass must map descriptor numbers to data");
+    lua_pushnil(L);
+    while (lua_next(L, tbl)) {
+        lua_Integer fd = lua_isinteger(L, -2) ? lua_tointeger(L, -2) : -1;
+        const char *why = fd < 3 || fd > 1023 ? "spawn: pass keys must be descriptor numbers 3-1023"
+                        : cs->npass == MAX_PASS ? "spawn: pass takes at most 16 descriptors" : NULL;
+        int src = -1;
+        if (why == NULL && lua_type(L, -1) == LUA_TSTRING) {
+            size_t len;
+            const char *data = lua_tolstring(L, -1, &len);
+            src = sealed_memfd(data, len);
+        } else if (why == NULL) {
+            why = "spawn: each pass value must be a string";
+        }
+        if (why) {
+            close_passed(cs);
+            return luaL_error(L, "%s", why);
+        }
+        if (src < 0) {
+            int e = errno;
+            close_passed(cs);
+            errno = e;
+            return -1;
+        }
+        cs->pass_fd[cs->npass] = (int)fd;
+        cs->pass_src[cs->npass++] = src;
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    int resource;
+} rlimit_names[] = {{"as", RLIMIT_AS},         {"data", RLIMIT_DATA},   {"nproc", RLIMIT_NPROC},
+                    {"nofile", RLIMIT_NOFILE}, {"fsize", RLIMIT_FSIZE}, {"core", RLIMIT_CORE},
+                    {"stack", RLIMIT_STACK},   {NULL, 0}};
+
+/* Reads opts.rlimits into cs. A limit above the current hard limit is kept at that (only root
+ * may raise one); raises on an unknown name or a value that is not a whole number. */
+static void read_rlimits(lua_State *L, int opts, struct child_setup *cs)
+{
+    if (lua_getfield(L, opts, "rlimits") != LUA_TNIL) {
+        luaL_argcheck(L, lua_istable(L, -1), 1, "spawn: rlimits must be a table");
+        for (int i = 0; rlimit_names[i].name; i++) {
+            if (lua_getfield(L, -1, rlimit_names[i].name) != LUA_TNIL) {
+                if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0)
+                    luaL_error(L, "spawn: rlimits.%s must be a whole number", rlimit_names[i].name);
+                struct rlimit now;
+                rlim_t v = (rlim_t)lua_tointeger(L, -1);
+                if (getrlimit(rlimit_names[i].resource, &now) == 0 && now.rlim_max < v)
+                    v = now.rlim_max;
+                cs->limit_res[cs->nlimits] = rlimit_names[i].resource;
+                cs->limit_val[cs->nlimits].rlim_cur = cs->limit_val[cs->nlimits].rlim_max = v;
+                cs->nlimits++;
+            }
+            lua_pop(L, 1);
+        }
+        lua_pushnil(L);
+        while (lua_next(L, -2)) {
+            int known = 0;
+            for (int i = 0; rlimit_names[i].name; i++)
+                known |= lua_type(L, -2) == LUA_TSTRING &&
+                         strcmp(lua_tostring(L, -2), rlimit_names[i].name) == 0;
+            if (!known)
+                luaL_error(L, "spawn: unknown rlimit %s (as, data, nproc, nofile, fsize, core, "
+                              "stack)", luaL_tolstring(L, -2, NULL));
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
+}
+
+/* An optional non-negative integer field; dflt when absent. */
+static lua_Integer opt_count(lua_State *L, int opts, const char *field, lua_Integer dflt)
+{
+    lua_getfield(L, opts, field);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        return dflt;
+    }
+    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0)
+        luaL_error(L, "spawn: %s must be a whole number", field);
+    lua_Integer v = lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    return v;
 }
 
 static int set_nonblock(int fd)
@@ -594,6 +879,12 @@ static int l_spawn(lua_State *L)
     const char *in_mode = stream_mode(L, 1, "stdin", "pipe");
     const char *out_mode = stream_mode(L, 1, "stdout", "pipe");
     const char *err_mode = stream_mode(L, 1, "stderr", "pipe");
+    struct child_setup cs = {.uid = opt_count(L, 1, "uid", -1), .gid = opt_count(L, 1, "gid", -1)};
+    read_rlimits(L, 1, &cs);
+    size_t max_line = (size_t)opt_count(L, 1, "max_line", 0);
+    size_t max_stderr = (size_t)opt_count(L, 1, "max_stderr", 0);
+    if (read_pass(L, 1, &cs) != 0)
+        return fail_errno(L, "spawn: cannot prepare the passed descriptors");
 
     loop *lp = loop_get(L);
     struct process *p = lua_newuserdatauv(L, sizeof *p, 0);
@@ -601,6 +892,8 @@ static int l_spawn(lua_State *L)
     p->lp = lp;
     p->pidfd = p->in_fd = p->fds[OUT] = p->fds[ERR] = -1;
     p->id = loop_new_id(lp);
+    p->max_line = max_line;
+    p->max_stderr = max_stderr;
     luaL_setmetatable(L, PROCESS);
 
     /* child ends: [0] stdin, [1] stdout, [2] stderr; -1 inherit, -2 stderr to stdout */
@@ -629,8 +922,9 @@ static int l_spawn(lua_State *L)
     pipes_ok &= pipe2(status, O_CLOEXEC) == 0;
     pid_t pid = pipes_ok ? fork() : -1;
     if (pid == 0)
-        child_exec(argv, envp, cwd, child[0], child[1], child[2], status[1]);
+        child_exec(argv, envp, cwd, child[0], child[1], child[2], status[1], &cs);
     int fork_errno = errno;
+    close_passed(&cs);
     for (int i = 0; i < 3; i++)
         if (child[i] >= 0)
             close(child[i]);
@@ -727,23 +1021,46 @@ static int stream_arg(lua_State *L, int arg)
 static int p_read(lua_State *L)
 {
     struct process *p = check_process(L, 1);
-    struct buf *b = &p->out[stream_arg(L, 2)];
-    lua_pushlstring(L, b->data ? b->data : "", b->len);
+    int which = stream_arg(L, 2);
+    struct buf *b = &p->out[which];
+    size_t start = which == OUT ? p->out_start : 0;
+    lua_pushlstring(L, b->data ? b->data + start : "", b->len - start);
     buf_clear(b);
+    if (which == OUT) {
+        p->out_start = 0;
+        resume_stdout(p);
+    }
     return 1;
 }
 
-/* The next complete line of stdout, without its newline; nil if none is buffered yet. */
+/* The next complete line of stdout, without its newline; nil if none is buffered yet. Lines
+ * are taken from a moving offset, so reading many from one big read stays linear. */
 static int p_line(lua_State *L)
 {
     struct process *p = check_process(L, 1);
     struct buf *b = &p->out[OUT];
-    char *nl = b->len ? memchr(b->data, '\n', b->len) : NULL;
+    size_t left = b->len - p->out_start;
+    char *from = b->data + p->out_start;
+    char *nl = left ? memchr(from, '\n', left) : NULL;
     if (nl == NULL)
         return 0;
-    size_t n = (size_t)(nl - b->data);
-    lua_pushlstring(L, b->data, n);
-    buf_consume(b, n + 1);
+    size_t n = (size_t)(nl - from);
+    lua_pushlstring(L, from, n);
+    p->out_start += n + 1;
+    if (p->out_start == b->len) {
+        buf_clear(b);
+        p->out_start = 0;
+    } else if (p->out_start > b->len / 2) {
+        buf_consume(b, p->out_start);     /* moves less than was taken */
+        p->out_start = 0;
+    }
+    resume_stdout(p);
+    return 1;
+}
+
+static int p_overflowed(lua_State *L)
+{
+    lua_pushboolean(L, check_process(L, 1)->overflowed);
     return 1;
 }
 
@@ -791,17 +1108,20 @@ static int p_close(lua_State *L)
 
 static const luaL_Reg sys_funcs[] = {
     {"now", l_now},           {"time", l_time},       {"getpid", l_getpid},
+    {"getuid", l_getuid},
     {"getenv", l_getenv},     {"setenv", l_setenv},   {"environ", l_environ},
     {"isatty", l_isatty},     {"which", l_which},     {"read_file", l_read_file},
     {"write_file", l_write_file}, {"mkdir_p", l_mkdir_p}, {"list_dir", l_list_dir},
     {"stat", l_stat},         {"remove", l_remove},   {"mkdtemp", l_mkdtemp},
     {"realpath", l_realpath}, {"kill", l_kill},       {"spawn", l_spawn},
+    {"chmod", l_chmod},
     {NULL, NULL}};
 
 static const luaL_Reg process_methods[] = {
     {"id", p_id},           {"pid", p_pid},     {"write", p_write},
     {"pending_input", p_pending_input},         {"close_stdin", p_close_stdin},
     {"read", p_read},       {"line", p_line},   {"eof", p_eof},
+    {"overflowed", p_overflowed},
     {"status", p_status},   {"kill", p_kill},   {"close", p_close},
     {NULL, NULL}};
 

@@ -2,13 +2,16 @@
 --
 --   local opts, rest = args.parse(argv, {model = "string", json = "flag", outputs = "list"})
 --   -- accepts --model M, --model=M, --json, --outputs a,b ; "--" ends the flags
+--   -- kind "assign" is repeatable NAME=VALUE: --limit memory=1G --limit processes=64
+--   --                                          gives opts.limit = {memory = "1G", processes = "64"}
 -- An unknown flag or a missing value raises a message that lists the valid flags.
 local M = {}
 
 local function valid(spec)
   local names = {}
   for name, kind in pairs(spec) do
-    names[#names + 1] = "--" .. name:gsub("_", "-") .. (kind == "flag" and "" or " " .. kind:upper())
+    local value = kind == "flag" and "" or kind == "assign" and " NAME=VALUE" or " " .. kind:upper()
+    names[#names + 1] = "--" .. name:gsub("_", "-") .. value
   end
   table.sort(names)
   return table.concat(names, ", ")
@@ -48,6 +51,11 @@ function M.parse(argv, spec)
           local list = {}
           for item in v:gmatch("[^,]+") do list[#list + 1] = item:match("^%s*(.-)%s*$") end
           v = list
+        elseif kind == "assign" then
+          local k, val = v:match("^([%w_]+)=(.+)$")
+          if not k then error(("option --%s needs NAME=VALUE, got %q"):format(name, v), 0) end
+          v = opts[key] or {}
+          v[k] = val
         end
         opts[key] = v
       end

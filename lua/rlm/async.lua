@@ -32,6 +32,9 @@ end
 
 -- Resumes a task; a task that fails keeps its error (with the task's traceback) for join().
 local function resume(task, value)
+  -- Two of a task's waits (an op and its timeout) can become ready in the same poll; the second
+  -- wake-up may find the task already finished.
+  if coroutine.status(task.co) == "dead" then return end
   local co = task.co
   local ok, marker = coroutine.resume(co, value)
   if not ok then

@@ -1,6 +1,6 @@
 """The rlm sandbox driver: runs the user's Python for the rlm host and keeps its state.
 
-Started as `python3 -u -c "<this source>" [--stdio]`, as `--serve PATH` (unix socket server), or as
+Started as `python3 -u -c "<this source>" [--stdio] [--capture-dir DIR]`, as `--serve PATH` (unix socket server), or as
 `--client PATH (--request-file F | --request-b64 B64)` (the one-shot client of --serve).
 Standard library only, Python 3.9+. This docstring is the protocol reference for the host.
 
@@ -8,8 +8,9 @@ Wire: UTF-8 JSON, one object per line. Events are pure ASCII (non-ASCII is \\u-e
 
 Requests, host -> driver
   {"op":"execute","id":N,"code":"...","variables":{...}|null,"output_names":[...]|null,
-   "max_output_chars":10000|null,"timeout":S|null}                          -> call* then done
-      output_names null means ["answer"]; max_output_chars null means 10000; timeout null: none
+   "max_output_chars":10000|null,"timeout":S|null,"max_submit_bytes":B|null} -> call* then done
+      output_names null means ["answer"]; max_output_chars null means 10000; timeout null: none;
+      max_submit_bytes null: no cap on the JSON size of what SUBMIT hands back
   {"op":"reply","id":N,"results":[...]} | {"op":"reply","id":N,"error":"message"}
                                     answers the call event with the same id (the execute's id)
   {"op":"reset"}    -> {"ev":"reset"}    user globals, imports and buffers cleared
@@ -40,7 +41,8 @@ Execute semantics
   stop it); positional values take the output_names in order. Values must be JSON: bytes are
   sent as str decoded with surrogateescape (\\udc80-\\udcff stand for raw bytes), tuples as
   lists, ints exactly. Otherwise user code gets TypeError "SUBMIT field 'x' is not
-  JSON-serialisable (set)". A global `Final` bound to a new object by a block that ends
+  JSON-serialisable (set)"; fields whose JSON is longer than max_submit_bytes in all make it
+  raise ValueError naming the limit. A global `Final` bound to a new object by a block that ends
   without error counts as SUBMIT(answer=Final).
 - error is "Type: message" ("SyntaxError: msg (line L)" for syntax errors); traceback shows
   only frames outside the driver, with source lines from cells named <rlm-cell-K>.
@@ -52,7 +54,10 @@ Execute semantics
   value), get_buffer(name), clear_buffer(name=None), SHOW_VARS(). A reply with error raises
   RuntimeError(message). Calls from threads are serialised; they fail outside an execute.
 - variables lists user globals except modules and __dunder__ names: type name, len or null,
-  and a repr preview of at most 100 characters (computed in bounded time for big containers).
+  and a repr preview of at most 100 characters (computed in bounded time for big containers);
+  at most 1,000 of them, so the event stays small whatever the code defines.
+- --capture-dir DIR: where the stdout/stderr capture files live (default $TMPDIR or /tmp). The
+  local sandbox gives it a tmpfs of its own, so its size caps what one execute may print.
 
 --serve PATH: listens on a unix socket (created before ready is printed). Each connection
 carries one request line and gets one event line, then is closed; an execute that calls
@@ -71,7 +76,11 @@ import _thread
 DEFAULT_OUTPUT_CHARS = 10000
 PREVIEW_CHARS = 100
 PREVIEW_ITEMS = 8
+MAX_VARIABLES = 1000
 READ_CHUNK = 1 << 20
+# Memory held back for the driver's own work after user code ran out (under limits.memory the
+# code's data stays alive in its globals): released when a block ends in MemoryError.
+RESERVE_BYTES = 8 << 20
 # A client that connects but never sends must not wedge the server for good.
 CONNECTION_TIMEOUT = 60.0
 UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
@@ -204,9 +213,9 @@ class SocketServer:
 class Capture:
     """A temp file that fd `target` writes into; unlinked at once so it never outlives us."""
 
-    def __init__(self, target):
+    def __init__(self, target, directory):
         name = f"rlm-driver-{os.getpid()}-{target}-{os.urandom(4).hex()}"
-        path = os.path.join(os.environ.get("TMPDIR") or "/tmp", name)
+        path = os.path.join(directory, name)
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         os.unlink(path)
         self.target = target
@@ -357,7 +366,7 @@ def compile_cell(code, filename):
 # The session
 
 class Session:
-    def __init__(self, transport):
+    def __init__(self, transport, capture_dir):
         self.transport = transport
         # One protocol exchange at a time: user threads may call llm_query concurrently.
         self.io_lock = _thread.allocate_lock()
@@ -367,17 +376,19 @@ class Session:
         self.cells = {}
         self.ns = None
         self.new_namespace()
-        self.stdout = Capture(1)
-        self.stderr = Capture(2)
+        self.stdout = Capture(1, capture_dir)
+        self.stderr = Capture(2, capture_dir)
         self.streams = (sys.stdout, sys.stderr)
         self.request_id = None
         self.output_names = ["answer"]
+        self.max_submit_bytes = None
         self.running = False
         self.timeout = None
         self.timed_out = False
         # While the driver talks to the host an alarm is only noted, so no line is cut in half.
         self.in_protocol = True
         self.late_alarm = False
+        self.reserve = bytearray(RESERVE_BYTES)
         signal.signal(signal.SIGALRM, self.on_alarm)
 
     def new_namespace(self):
@@ -454,6 +465,7 @@ class Session:
         names = req.get("output_names") or ["answer"]
         limit = req.get("max_output_chars") or DEFAULT_OUTPUT_CHARS
         timeout = req.get("timeout")
+        max_submit = req.get("max_submit_bytes")
         if not isinstance(code, str):
             return error_line("execute: code must be a string")
         if not isinstance(variables, dict):
@@ -464,12 +476,15 @@ class Session:
             return error_line("execute: max_output_chars must be an integer >= 2")
         if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
             return error_line("execute: timeout must be a positive number or null")
+        if max_submit is not None and (not isinstance(max_submit, int) or max_submit < 1):
+            return error_line("execute: max_submit_bytes must be a positive integer or null")
 
         self.ns.update(variables)
         filename = f"<rlm-cell-{len(self.cells) + 1}>"
         self.cells[filename] = code
         self.request_id = req.get("id")
         self.output_names = names
+        self.max_submit_bytes = max_submit
         final_before = self.ns.get("Final", MISSING)
         error = traceback_text = submitted = None
         started = time.perf_counter()
@@ -479,6 +494,8 @@ class Session:
         except Submitted as s:
             submitted = s.fields
         except BaseException as e:
+            if isinstance(e, MemoryError):
+                self.reserve = None  # room to report it; taken back below when there is some
             error, traceback_text = error_text(e), self.format_traceback(e)
         with self.io_lock:  # a user thread inside a call finishes it first
             self.running = False
@@ -487,8 +504,8 @@ class Session:
         final = self.ns.get("Final", MISSING)
         if error is None and submitted is None and final is not final_before:
             try:
-                submitted = {"answer": to_json(final, "Final")}
-            except TypeError as e:
+                submitted = self.check_submit({"answer": to_json(final, "Final")})
+            except (TypeError, ValueError) as e:
                 error = error_text(e)
         self.restore_streams()
         stdout, stdout_chars = self.stdout.take(limit)
@@ -498,6 +515,11 @@ class Session:
             "stdout_chars": stdout_chars, "stderr_chars": stderr_chars, "error": error,
             "traceback": traceback_text, "variables": self.summary(), "duration": duration,
             "timed_out": error is not None and self.timed_out})
+        if self.reserve is None:
+            try:
+                self.reserve = bytearray(RESERVE_BYTES)
+            except MemoryError:
+                pass
         if submitted is None:
             return done[:-1] + ',"submitted":null}\n'
         fields = ",".join(f"{encode(name)}:{text}" for name, text in submitted.items())
@@ -540,10 +562,25 @@ class Session:
         return "".join(traceback.format_exception(type(e), e, e.__traceback__))
 
     def summary(self):
-        return [{"name": name, "type": type(value).__name__, "size": size_of(value),
-                 "preview": preview(value)}
-                for name, value in list(self.ns.items())
-                if not (name[:2] == "__" == name[-2:] or isinstance(value, ModuleType))]
+        rows = []
+        for name, value in list(self.ns.items()):
+            if name[:2] == "__" == name[-2:] or isinstance(value, ModuleType):
+                continue
+            if len(rows) == MAX_VARIABLES:
+                break
+            rows.append({"name": name, "type": type(value).__name__, "size": size_of(value),
+                         "preview": preview(value)})
+        return rows
+
+    def check_submit(self, fields):
+        """fields (name -> JSON text) when they fit max_submit_bytes; ValueError otherwise."""
+        cap = self.max_submit_bytes
+        if cap is not None:
+            size = sum(len(name) + len(text) for name, text in fields.items())
+            if size > cap:
+                raise ValueError(f"SUBMIT is {size} bytes of JSON, over the limit of {cap} "
+                                 f"bytes (limits.submit)")
+        return fields
 
     # -- calls to the host
 
@@ -609,8 +646,8 @@ def make_helpers(session):
             if name in merged:
                 raise TypeError(f"SUBMIT got field {name!r} twice")
             merged[name] = value
-        raise Submitted({name: to_json(value, f"SUBMIT field {name!r}")
-                         for name, value in merged.items()})
+        raise Submitted(session.check_submit(
+            {name: to_json(value, f"SUBMIT field {name!r}") for name, value in merged.items()}))
 
     def llm_query(prompt, model=None):
         """Asks a language model; returns its answer text."""
@@ -663,7 +700,7 @@ def make_helpers(session):
 # ---------------------------------------------------------------------------------------------
 # Entry points
 
-USAGE = ("usage: driver.py [--stdio] | --serve PATH | "
+USAGE = ("usage: driver.py [--stdio] [--capture-dir DIR] | --serve PATH | "
          "--client PATH (--request-file FILE | --request-b64 B64)")
 
 
@@ -673,7 +710,7 @@ def parse_args(argv):
     for arg in args:
         if arg == "--stdio":
             continue
-        if arg not in ("--serve", "--client", "--request-file", "--request-b64"):
+        if arg not in ("--serve", "--client", "--request-file", "--request-b64", "--capture-dir"):
             raise ValueError(f"unknown argument {arg!r}")
         value = next(args, None)
         if value is None:
@@ -728,7 +765,7 @@ def main(argv):
     sys.path[0] = ""  # user imports see the working directory first, as under -c
     sys.stdout.reconfigure(encoding="utf-8")  # the captures are decoded as UTF-8
     sys.stderr.reconfigure(encoding="utf-8")
-    session = Session(transport)
+    session = Session(transport, opts.get("--capture-dir") or os.environ.get("TMPDIR") or "/tmp")
     ready = {"ev": "ready", "pid": os.getpid(), "python": "%d.%d.%d" % sys.version_info[:3]}
     write_all(real_out, (encode(ready) + "\n").encode())
     try:

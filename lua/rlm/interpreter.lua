@@ -42,7 +42,14 @@
 --   state_lost            true when the driver had to be restarted: globals and buffers are gone
 --   variables             {{name=, type=, size=, preview=}, ...}: the user's globals
 --   stdout_chars          the full length of stdout before truncation
+--
+-- ## What the host trusts
+-- Nothing the driver sends: code inside can write to the driver's descriptors itself. Events are
+-- checked for shape, lines are capped (rlm.limits.event_bytes), outputs are cut again to
+-- max_output_chars, and a driver that breaks the protocol is killed and restarted
+-- (run.state_lost). A forged event can do no more than the code could do by calling the helpers.
 local json = require "rlm.json"
+local limits = require "rlm.limits"
 local registry = require "rlm.registry"
 local sys = require "rlm.sys"
 
@@ -55,6 +62,7 @@ M.defaults = {backend = "local", timeout = 900, max_output_chars = 10000, networ
 local OPTIONS = {backend = true, timeout = true, execute_timeout = true, volume_name = true,
                  repo_url = true, repo_ref = true, context_paths = true, env = true,
                  network = true, on_call = true, max_output_chars = true, start_timeout = true,
+                 limits = true,
                  -- without on_call, these give the code llm_query / rlm_query through rlm.run's
                  -- handler, with its budget (see M.new)
                  model = true, sub_model = true, max_llm_calls = true, llm_call_timeout = true,
@@ -66,6 +74,7 @@ local BACKSTOP = 1.0
 local START_TIMEOUT = 30
 
 local NO_HANDLER = "llm_query is not available: no model configured"
+local CALL_KINDS = {llm_query = true, llm_query_batched = true, rlm_query = true}
 
 local Interp = {}
 Interp.__index = Interp
@@ -129,6 +138,7 @@ function M.new(opts)
   for k, v in pairs(opts) do merged[k] = v end
   local backend = load_backend(merged.backend)
   validate(merged, backend)
+  merged.limits = limits.resolve(merged.limits, 2)
   if backend.check then backend.check(merged) end
   merged.execute_timeout = merged.execute_timeout or merged.timeout
   local on_call = merged.on_call
@@ -182,11 +192,46 @@ local function value(v)
   return v
 end
 
+-- The length of s in characters (in bytes when it is not UTF-8).
+local function text_length(s)
+  return utf8.len(s) or #s
+end
+
+-- s cut to `limit` characters the way the driver cuts (head, a marker line, tail): applied
+-- again on the host, because the event may have been written by the code, not the driver.
+local function cut(s, limit)
+  local n = text_length(s)
+  -- The driver's own cut is limit characters plus its marker line: leave that alone.
+  if n <= limit + 64 then return s end
+  local function at(i) return utf8.len(s) and utf8.offset(s, i) or i end
+  local head, tail = limit // 2, limit - limit // 2
+  return s:sub(1, at(head + 1) - 1) .. ("\n... [%d characters cut] ...\n"):format(n - limit)
+         .. s:sub(at(n - tail + 1))
+end
+
+local function optional(v, kind)
+  v = value(v)
+  return v == nil or type(v) == kind
+end
+
+-- Why a done event cannot be taken as it is, or nil.
+local function bad_done(ev)
+  for _, k in ipairs{"stdout", "stderr", "error", "traceback"} do
+    if not optional(ev[k], "string") then return k .. " is not text" end
+  end
+  for _, k in ipairs{"stdout_chars", "stderr_chars"} do
+    if not optional(ev[k], "number") then return k .. " is not a number" end
+  end
+  if not optional(ev.submitted, "table") then return "submitted is not an object" end
+  if not optional(ev.variables, "table") then return "variables is not a list" end
+end
+
 -- Builds the run table from a done event.
 function Interp:finish(ev, started)
   local err = value(ev.error)
+  local limit = self.opts.max_output_chars
   local run = {
-    stdout = value(ev.stdout) or "", stderr = value(ev.stderr) or "",
+    stdout = cut(value(ev.stdout) or "", limit), stderr = cut(value(ev.stderr) or "", limit),
     error = err, traceback = value(ev.traceback),
     exit = err and 1 or 0, duration = sys.now() - started,
     timed_out = ev.timed_out == true, state_lost = false,
@@ -203,7 +248,7 @@ function Interp:answer(ev)
   if not handler then
     err = NO_HANDLER
   else
-    local ok, r, e = pcall(handler, ev.kind, ev.args or {})
+    local ok, r, e = pcall(handler, ev.kind, type(ev.args) == "table" and ev.args or {})
     if not ok then
       err = "the host failed to answer " .. tostring(ev.kind) .. ": " .. tostring(r)
     else
@@ -250,7 +295,8 @@ function Interp:execute(code, variables, opts)
   timeout = math.min(timeout, left)
   self.request_id = (self.request_id or 0) + 1
   local req = {op = "execute", id = self.request_id, code = code, timeout = timeout,
-               max_output_chars = self.opts.max_output_chars}
+               max_output_chars = self.opts.max_output_chars,
+               max_submit_bytes = self.opts.limits.submit}
   if variables and next(variables) ~= nil then
     local encodable, err = pcall(json.encode, variables)
     if not encodable then error("execute: variables must be JSON values: " .. tostring(err), 2) end
@@ -291,9 +337,18 @@ function Interp:exchange(req, timeout)
       if kind == "timeout" then
         return self:lost(started, ("TimeoutError: the code ran past execute_timeout (%g s) " ..
           "and the sandbox was restarted"):format(timeout), true)
+      elseif kind == "limit" then
+        return self:lost(started, "LimitError: " .. err .. "; the code was stopped and the " ..
+          "sandbox restarted (its files stay)", false)
       end
       return self:lost(started, "SandboxError: " .. err .. " (state was lost; the sandbox was restarted)",
                        false)
+    end
+    local bad = ev.ev == "done" and bad_done(ev)
+        or ev.ev == "call" and not CALL_KINDS[ev.kind] and "unknown call " .. tostring(ev.kind)
+    if bad then
+      return self:lost(started, "SandboxError: the driver sent a malformed " .. ev.ev .. " event (" ..
+        bad .. "); state was lost and the sandbox was restarted", false)
     end
     if ev.ev == "done" and ev.id == id then
       return self:finish(ev, started)

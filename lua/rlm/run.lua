@@ -371,7 +371,7 @@ function M.run(opts)
       backend = option(opts, "backend"), timeout = option(opts, "timeout"),
       execute_timeout = opts.execute_timeout, max_output_chars = self.max_output_chars,
       volume_name = opts.volume_name, repo_url = opts.repo_url, repo_ref = opts.repo_ref,
-      context_paths = opts.context_paths,
+      context_paths = opts.context_paths, limits = opts.limits,
       on_call = function(kind, args) return self:on_call(kind, args) end,
     }
     self.interp = interp

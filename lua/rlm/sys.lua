@@ -5,9 +5,10 @@
 --   sys.read_file(p), sys.write_file(p, data[, mode])  (atomic: temp file + rename)
 --   sys.mkdir_p(p), sys.list_dir(p), sys.stat(p), sys.remove(p[, recursive]), sys.mkdtemp()
 --   sys.spawn{argv=, env=, cwd=, stdin=, stdout=, stderr=} -> process
---   sys.read_line(proc[, timeout]) -> line | nil, "eof"|"timeout"
+--   sys.read_line(proc[, timeout]) -> line | nil, "eof"|"timeout"|"overflow"
 --   sys.wait(proc[, timeout]) -> "exit"|"signal", code | nil, "timeout"
 --   sys.run(argv[, opts]) -> {status, code, stdout, stderr} | nil, err
+--   sys.count_processes(uid) -> how many processes the host user uid runs
 local core = require "rlm.core.sys"
 local async = require "rlm.async"
 
@@ -15,12 +16,14 @@ local M = setmetatable({}, {__index = core})
 
 M.sleep = async.sleep
 
---- The next stdout line of a process, waiting for it; nil, "eof" when the pipe has closed.
+--- The next stdout line of a process, waiting for it; nil, "eof" when the pipe has closed,
+-- nil, "overflow" when the process sent a line longer than spawn's max_line.
 function M.read_line(proc, timeout)
   local deadline = timeout and core.now() + timeout
   while true do
     local line = proc:line()
     if line then return line end
+    if proc:overflowed() then return nil, "overflow" end
     if proc:eof("stdout") then
       local rest = proc:read("stdout")
       if #rest > 0 then return rest end
@@ -46,11 +49,13 @@ function M.wait(proc, timeout)
   end
 end
 
---- Runs a command to completion, collecting its output. opts: env, cwd, input, timeout.
+--- Runs a command to completion, collecting its output. opts: env, cwd, input, timeout, and
+-- spawn's pass, uid, gid and rlimits.
 function M.run(argv, opts)
   opts = opts or {}
   local proc, err = core.spawn{argv = argv, env = opts.env, cwd = opts.cwd,
-                               stdin = opts.input and "pipe" or "null"}
+                               stdin = opts.input and "pipe" or "null", pass = opts.pass,
+                               uid = opts.uid, gid = opts.gid, rlimits = opts.rlimits}
   if not proc then return nil, err end
   if opts.input then
     proc:write(opts.input)
@@ -74,6 +79,19 @@ function M.run(argv, opts)
   local how, code = M.wait(proc, deadline and math.max(0.1, deadline - core.now()))
   proc:close()
   return {status = how, code = code, stdout = table.concat(out), stderr = table.concat(errs)}
+end
+
+--- How many processes the host user uid runs now (from /proc).
+function M.count_processes(uid)
+  local n = 0
+  for _, name in ipairs(core.list_dir("/proc") or {}) do
+    if name:match("^%d+$") then
+      local status = core.read_file("/proc/" .. name .. "/status")
+      local real = status and status:match("\nUid:%s*(%d+)")
+      if real and tonumber(real) == uid then n = n + 1 end
+    end
+  end
+  return n
 end
 
 return M

@@ -65,9 +65,11 @@ function T.cleanup()
   cleanups = {}
 end
 
---- A temporary directory removed after the test.
+--- A temporary directory removed after the test. Others may pass through it (not list it), as
+-- the sandbox's uid must when a volume lives in it and rlm runs as root.
 function T.tmpdir()
   local dir = assert(sys.mkdtemp("rlm-test"))
+  assert(sys.chmod(dir, tonumber("711", 8)))
   T.defer(function() sys.remove(dir, true) end)
   return dir
 end

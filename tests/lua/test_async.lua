@@ -72,4 +72,19 @@ tests["semaphore caps concurrency"] = function()
   T.eq(peak, 2)
 end
 
+tests["a task woken twice in one poll (its op and its timeout) finishes once"] = function()
+  local loop = require "rlm.core.loop"
+  local sys = require "rlm.sys"
+  local id = loop.new_id()
+  local t = async.spawn(function()
+    async.await(id, 0.02)
+    return "done"
+  end)
+  async.sleep(0)                           -- the task now waits on id, with its timer
+  local busy = sys.now() + 0.05            -- past the timeout, without polling the loop
+  while sys.now() < busy do end
+  loop.ready(id)                           -- the op and the timer arrive in the same poll
+  T.eq({t:result()}, {true, "done"})
+end
+
 return tests

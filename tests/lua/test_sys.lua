@@ -91,4 +91,77 @@ tests["closing a process kills its whole group"] = function()
   T.truthy(state == nil or state == "Z", "grandchild still running, state " .. tostring(state))
 end
 
+-- The descriptors a child sees, as "fd:target" lines (the listing's own is closed by then).
+local LIST_FDS = [[
+import os
+for fd in sorted(int(f) for f in os.listdir("/proc/self/fd")):
+    try:
+        print(f"{fd}:{os.readlink(f'/proc/self/fd/{fd}')}")
+    except OSError:
+        pass]]
+
+tests["a child gets fds 0-2 and the passed ones, nothing else"] = function()
+  local leaked = assert(io.open("/etc/hostname"))            -- fopen: inheritable
+  T.defer(function() leaked:close() end)
+  local echo = T.server{"tests/standins/echo"}
+  assert(require("rlm.http").request{url = echo.url .. "/echo"})   -- a keep-alive socket
+  local r = assert(sys.run({"/usr/bin/python3", "-c", LIST_FDS .. [[
+
+for fd in (3, 4, 9):
+    print(fd, repr(os.read(fd, 100)) if os.path.exists(f"/proc/self/fd/{fd}") else None)]]},
+    {pass = {[3] = "three", [4] = "four\0bytes", [9] = ""}}))
+  T.eq(r.code, 0, r.stderr)
+  local fds = {}
+  for fd in r.stdout:gmatch("(%d+):") do fds[#fds + 1] = tonumber(fd) end
+  T.eq(fds, {0, 1, 2, 3, 4, 9}, r.stdout)
+  T.truthy(not r.stdout:find("socket:", 1, true), "a socket reached the child")
+  T.truthy(not r.stdout:find("/etc/hostname", 1, true), "the open file reached the child")
+  T.contains(r.stdout, "3 b'three'")
+  T.contains(r.stdout, "4 b'four\\x00bytes'")
+  T.contains(r.stdout, "9 b''")
+  T.raises(function() sys.spawn{argv = {"true"}, pass = {[2] = "x"}} end, "descriptor numbers 3-1023")
+  T.raises(function() sys.spawn{argv = {"true"}, pass = {[3] = 42}} end, "must be a string")
+end
+
+tests["rlimits, uid and gid apply in the child"] = function()
+  local r = assert(sys.run({"/bin/sh", "-c", "ulimit -n; ulimit -f; ulimit -c"},
+                           {rlimits = {nofile = 64, fsize = 1024 * 1024, core = 0}}))
+  T.eq(r.stdout, "64\n2048\n0\n")
+  T.raises(function() sys.spawn{argv = {"true"}, rlimits = {cpu = 1}} end, "unknown rlimit cpu")
+  local id = sys.run({"/usr/bin/id", "-u"}, {uid = 65534, gid = 65534})
+  if sys.getuid() == 0 then
+    T.eq(id.stdout, "65534\n")
+    local groups = assert(sys.run({"/usr/bin/id", "-G"}, {uid = 65534, gid = 65534}))
+    T.eq(groups.stdout, "65534\n", "no supplementary groups kept")
+  else
+    local p, err = sys.spawn{argv = {"/usr/bin/id"}, uid = 0, gid = 0}
+    T.eq(p, nil)
+    T.contains(err, "Operation not permitted")
+  end
+end
+
+tests["max_line: a child's endless line stops the reading, rlm's memory stays flat"] = function()
+  local status = function() return assert(sys.read_file("/proc/self/status")) end
+  local rss0 = tonumber(status():match("VmRSS:%s*(%d+)"))
+  local p = assert(sys.spawn{argv = {"/usr/bin/python3", "-c", [[
+import os
+os.write(1, b"first\nsecond\n")
+chunk = b"x" * (1 << 20)
+for _ in range(1024):
+    os.write(2, chunk)
+os.write(2, b"TAIL")
+for _ in range(1024):
+    os.write(1, chunk)]]}, max_line = 4 << 20, max_stderr = 4096})
+  T.eq(sys.read_line(p, 10), "first")
+  T.eq(sys.read_line(p, 10), "second")
+  T.eq({sys.read_line(p, 30)}, {nil, "overflow"})
+  T.eq(p:overflowed(), true)
+  local err = p:read("stderr")
+  T.truthy(#err <= 4096, "stderr keeps its tail only: " .. #err)
+  T.eq(err:sub(-4), "TAIL")
+  local rss = tonumber(status():match("VmRSS:%s*(%d+)"))
+  T.truthy(rss - rss0 < 64 * 1024, ("rlm grew by %d KiB"):format(rss - rss0))
+  p:close()
+end
+
 return tests

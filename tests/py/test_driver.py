@@ -271,6 +271,22 @@ class TestSubmit(DriverTest):
         ev = self.d.execute("Final = {1}")
         self.assertEqual(ev["error"], "TypeError: Final is not JSON-serialisable (set)")
 
+    def test_submit_over_max_submit_bytes_raises_in_python(self):
+        code = "try:\n    SUBMIT(answer='x' * 5000)\nexcept ValueError as e:\n    print(e)\nSUBMIT(n=1)"
+        ev = self.run_ok(code, max_submit_bytes=4096)
+        self.assertIn("SUBMIT is 5008 bytes of JSON, over the limit of 4096 bytes (limits.submit)",
+                      ev["stdout"])
+        self.assertEqual(ev["submitted"], {"n": 1})
+        ev = self.d.execute("Final = 'y' * 5000", max_submit_bytes=4096)
+        self.assertIsNone(ev["submitted"])
+        self.assertIn("limits.submit", ev["error"])
+        self.assertEqual(self.run_ok("SUBMIT(answer='x' * 4000)", max_submit_bytes=4096)
+                         ["submitted"]["answer"], "x" * 4000)
+
+    def test_variables_summary_is_capped(self):
+        ev = self.run_ok("for i in range(5000):\n    globals()[f'v{i}'] = i")
+        self.assertEqual(len(ev["variables"]), 1000)
+
 
 class TestErrors(DriverTest):
     def test_exception_error_line_and_traceback(self):

@@ -3,25 +3,57 @@
 -- Inside, the code sees the same paths as on every backend:
 --   /home/daytona/workspace   writable, transient (the code's cwd; repo/ and context/ are staged here)
 --   /home/daytona/memory      writable; durable when volume_name is set
---                             (host: $XDG_DATA_HOME/rlm/volumes/NAME, default ~/.local/share/rlm/...)
---   /tmp                      a private tmpfs
--- and nothing else writable: /usr and a few /etc files are bound read-only, the host's home and
--- environment are absent, and there is no network unless network = true.
+--                             (host: $XDG_DATA_HOME/rlm/volumes/NAME, default ~/.local/share/rlm/...,
+--                             or /var/lib/rlm/volumes/NAME for root)
+--   /tmp, /dev/shm            private tmpfs, limits.tmp each
+-- and nothing else writable: /usr and a few /etc files are bound read-only, /proc and /dev are
+-- read-only, the host's home and environment are absent, and there is no network unless
+-- network = true.
+--
+-- The boundary, whoever runs rlm (README, "Isolation"):
+--   * the code never runs as host root: when rlm runs as root, bwrap itself is started as the
+--     unprivileged uid `uid` (default 65534, or RLM_SANDBOX_UID), so the user namespace maps
+--     the sandbox's uid 1000 to that uid, not to 0;
+--   * no capabilities (--cap-drop ALL), no further user namespaces (--disable-userns), and a
+--     seccomp filter (rlm.core.sandbox) against the kernel surface Python never needs;
+--   * only fds 0-2 and the ones handed over reach bwrap (rlm.core.sys spawn), and bwrap runs
+--     with a fixed environment: `env` reaches only the process inside, through --args;
+--   * resource limits (rlm.limits) as rlimits, tmpfs sizes and a watch on the workspace;
+--   * host-side file operations resolve paths beneath the workspace without following
+--     symbolic links (rlm.core.sandbox), so code swapping directories cannot redirect them.
 --
 -- RLM_BWRAP and RLM_PYTHON (or the bwrap/python options) name other executables; the Python
 -- one must be visible inside the sandbox, i.e. live under /usr.
 -- The interface this implements is written down at the top of lua/rlm/interpreter.lua.
 local json = require "rlm.json"
+local limits = require "rlm.limits"
+local sandbox = require "rlm.core.sandbox"
 local sys = require "rlm.sys"
 
-local M = {name = "local", options = {bwrap = true, python = true}}
+local M = {name = "local", options = {bwrap = true, python = true, uid = true}}
 
 local HOME = "/home/daytona"
 local WORKSPACE = HOME .. "/workspace"
 local MEMORY = HOME .. "/memory"
 local INSTALL = "install them with `sudo apt-get install bubblewrap python3`"
 local STDERR_KEEP = 4096
+-- What the host buffers of the driver's real stderr (bwrap's and Python's own complaints).
+local STDERR_BUFFER = 64 * 1024
+-- The capture files of stdout and stderr live here, on a tmpfs of their own (limits.output).
+local CAPTURE_DIR = "/run/rlm"
+local DEFAULT_UID = 65534
+local PRIVATE = tonumber("700", 8)   -- the sandbox's own folders: nobody else on the host reads them
+-- How often, at most, the host measures the workspace while code runs; a walk that takes long
+-- (a huge tree) is spaced out further, to at most this share of the host's time.
+local WATCH_INTERVAL = 0.25
+local WATCH_SHARE = 0.05
+-- The descriptors bwrap is handed (spawn's `pass`): numbers are fixed, contents per sandbox.
+local FD = {seccomp = 3, args = 4, passwd = 5, group = 6}
+local PASSWD = "root:x:0:0:root:/root:/usr/sbin/nologin\ndaytona:x:1000:1000:daytona:/home/daytona:/bin/sh\n"
+local GROUP = "root:x:0:\ndaytona:x:1000:\n"
 
+-- The seccomp program is the same for every sandbox: built once, on first use.
+local seccomp_program
 -- Host /etc entries the sandbox may read: enough for Python, TLS and name resolution.
 local ETC = {"alternatives", "ssl", "ca-certificates", "ca-certificates.conf", "localtime",
              "timezone", "hosts", "resolv.conf", "nsswitch.conf", "gai.conf", "host.conf",
@@ -47,18 +79,35 @@ local function tools(opts)
   return bwrap_path, python
 end
 
+-- The host uid and gid the sandbox runs as: nil when rlm is not root (the sandbox then runs as
+-- the user who runs rlm, mapped to 1000 inside), else `uid` or RLM_SANDBOX_UID or 65534.
+local function sandbox_owner(opts)
+  if sys.getuid() ~= 0 then return nil end
+  local v = opts.uid or sys.getenv("RLM_SANDBOX_UID") or DEFAULT_UID
+  local uid = math.tointeger(tonumber(v))
+  if not uid or uid <= 0 or uid >= 2^32 - 1 then
+    error(("the sandbox's uid must be a positive number other than 0 (got %s): the code must " ..
+           "never run as host root"):format(tostring(v)), 0)
+  end
+  return uid
+end
+
 --- Checks what create() needs without creating anything.
 function M.check(opts)
   tools(opts)
+  sandbox_owner(opts)
   if opts.volume_name ~= nil then M.volume_dir(opts.volume_name) end
 end
 
---- The host directory that holds volume `name`.
+--- The host directory that holds volume `name`. For root it is under /var/lib/rlm (unless
+-- XDG_DATA_HOME says otherwise): root's home is closed to the unprivileged uid that bwrap runs
+-- as, and bwrap must reach the folder by its path to mount it.
 function M.volume_dir(name)
   if type(name) ~= "string" or not name:match("^[%w][%w._-]*$") or #name > 128 then
     error(("invalid volume_name %q: use letters, digits, '.', '_' and '-'"):format(tostring(name)), 0)
   end
   local data = sys.getenv("XDG_DATA_HOME")
+  if (not data or data == "") and sys.getuid() == 0 then return "/var/lib/rlm/volumes/" .. name end
   if not data or data == "" then
     local home = sys.getenv("HOME")
     if not home or home == "" then error("cannot place the volume: neither XDG_DATA_HOME nor HOME is set", 0) end
@@ -105,11 +154,29 @@ local function stage_context(dir, paths)
   end
 end
 
-local function write_identity(root)
-  assert(sys.mkdir_p(root .. "/etc"))
-  assert(sys.write_file(root .. "/etc/passwd",
-    "root:x:0:0:root:/root:/usr/sbin/nologin\ndaytona:x:1000:1000:daytona:/home/daytona:/bin/sh\n"))
-  assert(sys.write_file(root .. "/etc/group", "root:x:0:\ndaytona:x:1000:\n"))
+-- bwrap, running as the sandbox's uid, mounts the volume by its path: every folder above it
+-- must let that uid pass. Raises with the fix when one does not.
+local function check_passable(uid, dir)
+  local path = ""
+  for part in dir:gmatch("[^/]+") do
+    local st = sys.stat(path == "" and "/" or path)
+    if st and st.type == "dir" and st.mode & 1 == 0 and st.uid ~= uid then
+      error(("the volume %s cannot be mounted: the sandbox runs as uid %d, and %s lets only " ..
+             "its owner through (chmod o+x it, or set XDG_DATA_HOME to a folder others can " ..
+             "pass, such as the default /var/lib/rlm)"):format(dir, uid, path == "" and "/" or path), 0)
+    end
+    path = path .. "/" .. part
+  end
+end
+
+-- Hands the sandbox's writable directories to its uid (as root; a no-op otherwise). Done before
+-- any code runs inside, so nothing can race it; later uploads set their owner themselves.
+local function give_to(uid, dirs, recursive)
+  if not uid then return end
+  local argv = {"chown", "--no-dereference", uid .. ":" .. uid, "--"}
+  if recursive then table.insert(argv, 2, "-R") end
+  for _, d in ipairs(dirs) do argv[#argv + 1] = d end
+  run_checked(argv, "cannot hand the sandbox's folders to uid " .. uid)
 end
 
 --- Creates a sandbox (directories staged; the driver is started by start_driver).
@@ -118,23 +185,32 @@ function M.create(opts)
   local bwrap, python = tools(opts)
   local volume = opts.volume_name and M.volume_dir(opts.volume_name)
   local root = assert(sys.mkdtemp("rlm-sandbox"))
+  -- bwrap, as the sandbox's uid, mounts the folders by path: it must pass through; it cannot list.
+  local passable, why = sys.chmod(root, tonumber("711", 8))
+  if not passable then sys.remove(root, true); error("cannot prepare the sandbox folder: " .. why, 0) end
   local self = setmetatable({root = root, bwrap = bwrap, python = python, opts = opts,
                              env = opts.env or {}, network = opts.network and true or false,
+                             limits = limits.resolve(opts.limits), uid = sandbox_owner(opts),
                              stderr_tail = ""}, Sandbox)
   local ok, err = pcall(function()
     self.workspace = root .. "/workspace"
     self.memory = volume or (root .. "/memory")
-    assert(sys.mkdir_p(self.workspace))
-    local made, why = sys.mkdir_p(self.memory)
+    assert(sys.mkdir_p(self.workspace, PRIVATE))
+    local made, why = sys.mkdir_p(self.memory, not volume and PRIVATE or nil)
     if not made then error("cannot create the volume directory: " .. why, 0) end
-    write_identity(root)
+    if volume and self.uid then check_passable(self.uid, volume) end
     if opts.repo_url then stage_repo(self.workspace .. "/repo", opts.repo_url, opts.repo_ref) end
     if opts.context_paths then stage_context(self.workspace .. "/context", opts.context_paths) end
+    -- A volume keeps what earlier sandboxes wrote, already theirs; only its top is handed over.
+    give_to(self.uid, {self.workspace, not volume and self.memory or nil}, true)
+    if volume then give_to(self.uid, {self.memory}, false) end
   end)
   if not ok then
     sys.remove(root, true)
     error(err, 0)
   end
+  self.allowance = math.max(self.limits.workspace,
+                            (opts.repo_url or opts.context_paths or volume) and self:disk_usage() or 0)
   self.id = "local-" .. basename(root):gsub("^rlm%-sandbox%.", "")
   return self
 end
@@ -142,40 +218,89 @@ end
 -- The environment inside: only what we set, never the host's.
 function Sandbox:environment()
   local env = {PATH = "/usr/local/bin:/usr/bin:/bin", HOME = HOME, LANG = "C.UTF-8",
-               PYTHONDONTWRITEBYTECODE = "1", PYTHONUNBUFFERED = "1"}
+               PYTHONDONTWRITEBYTECODE = "1", PYTHONUNBUFFERED = "1",
+               -- glibc reserves 64 MiB of address space per malloc arena and thread; under an
+               -- address-space limit that would count against the code for nothing.
+               MALLOC_ARENA_MAX = "2"}
   for k, v in pairs(self.env) do env[k] = tostring(v) end
   return env
 end
 
--- The bwrap command line that runs argv inside this sandbox.
-function Sandbox:argv(argv)
-  local a = {self.bwrap, "--unshare-all", "--die-with-parent", "--new-session",
+-- bwrap's own environment: fixed, so nothing of `env` (an LD_PRELOAD, say) acts on the host
+-- side of the boundary; the inside gets its environment through --clearenv and --setenv.
+local BWRAP_ENV = {PATH = "/usr/bin:/bin", LANG = "C.UTF-8"}
+
+-- The arguments that carry secrets-to-be or user data go through a descriptor (--args), so they
+-- never show in the host's process list.
+function Sandbox:hidden_args()
+  local a = {"--clearenv"}
+  for k, v in pairs(self:environment()) do
+    if k:find("[=%z]") or tostring(v):find("%z") then
+      error(("env: %q cannot be passed (names must not contain '=' or NUL)"):format(k), 0)
+    end
+    a[#a + 1] = "--setenv"; a[#a + 1] = k; a[#a + 1] = v
+  end
+  return table.concat(a, "\0") .. "\0"
+end
+
+-- The bwrap command line that runs argv inside this sandbox, and the descriptors it reads.
+function Sandbox:command(argv)
+  local l = self.limits
+  local a = {self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
+             "--die-with-parent", "--new-session", "--seccomp", FD.seccomp, "--args", FD.args,
              "--ro-bind", "/usr", "/usr"}
   local function add(...) for _, v in ipairs{...} do a[#a + 1] = v end end
   if self.network then add("--share-net") end
-  for _, l in ipairs{"bin", "lib", "lib32", "lib64", "sbin"} do
-    local st = sys.stat("/" .. l)
-    if st and st.type == "link" then add("--symlink", "usr/" .. l, "/" .. l)
-    elseif st and st.type == "dir" then add("--ro-bind", "/" .. l, "/" .. l) end
+  for _, d in ipairs{"bin", "lib", "lib32", "lib64", "sbin"} do
+    local st = sys.stat("/" .. d)
+    if st and st.type == "link" then add("--symlink", "usr/" .. d, "/" .. d)
+    elseif st and st.type == "dir" then add("--ro-bind", "/" .. d, "/" .. d) end
   end
   for _, e in ipairs(ETC) do add("--ro-bind-try", "/etc/" .. e, "/etc/" .. e) end
-  add("--ro-bind", self.root .. "/etc/passwd", "/etc/passwd",
-      "--ro-bind", self.root .. "/etc/group", "/etc/group",
-      "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", HOME,
-      "--bind", self.workspace, WORKSPACE, "--bind", self.memory, MEMORY,
+  add("--ro-bind-data", FD.passwd, "/etc/passwd", "--ro-bind-data", FD.group, "/etc/group",
+      -- /proc read-only: its sysctl files above all (bwrap leaves /proc/sys writable as root).
+      "--proc", "/proc", "--remount-ro", "/proc",
+      "--dev", "/dev", "--size", l.tmp, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
+      "--size", l.tmp, "--tmpfs", "/tmp",
+      "--size", 2 * l.output, "--tmpfs", CAPTURE_DIR,
+      "--dir", HOME, "--bind", self.workspace, WORKSPACE, "--bind", self.memory, MEMORY,
       "--chdir", WORKSPACE, "--uid", "1000", "--gid", "1000", "--hostname", "sandbox",
       "--remount-ro", "/", "--")
   table.move(argv, 1, #argv, #a + 1, a)
-  return a
+  if not seccomp_program then seccomp_program = sandbox.seccomp_filter() end
+  local pass = {[FD.seccomp] = seccomp_program, [FD.args] = self:hidden_args(),
+                [FD.passwd] = PASSWD, [FD.group] = GROUP}
+  return a, pass
+end
+
+-- RLIMIT_NPROC counts every process of the host user. A sandbox of root's runs as its own uid;
+-- one of an ordinary user's shares the user's count, so the limit comes on top of what the
+-- user runs already.
+function Sandbox:process_limit()
+  local n = self.limits.processes
+  if self.uid then return n end
+  return n + sys.count_processes(sys.getuid())
+end
+
+-- The spawn table for argv inside the sandbox (also used by shell()).
+function Sandbox:spawn_options(argv)
+  local l = self.limits
+  local cmd, pass = self:command(argv)
+  return {argv = cmd, env = BWRAP_ENV, pass = pass, uid = self.uid, gid = self.uid,
+          rlimits = {as = l.memory, nproc = self:process_limit(), nofile = l.open_files,
+                     fsize = l.file_size, core = 0}}
 end
 
 function Sandbox:start_driver()
   if self.proc then return true end
   local source = require("rlm.core.host").resource("lua/rlm/driver.py")
   if not source then error("the driver (lua/rlm/driver.py) is missing from this build", 0) end
-  local proc, err = sys.spawn{argv = self:argv{self.python, "-u", "-c", source, "--stdio"},
-                              env = self:environment(), stdin = "pipe", stdout = "pipe",
-                              stderr = "pipe"}
+  local o = self:spawn_options{self.python, "-u", "-c", source, "--stdio",
+                               "--capture-dir", CAPTURE_DIR}
+  o.stdin, o.stdout, o.stderr = "pipe", "pipe", "pipe"
+  self.max_line = limits.event_bytes(self.limits, self.opts.max_output_chars or 10000)
+  o.max_line, o.max_stderr = self.max_line, STDERR_BUFFER
+  local proc, err = sys.spawn(o)
   if not proc then error("cannot start the sandbox: " .. err, 0) end
   self.proc = proc
   return true
@@ -200,17 +325,63 @@ function Sandbox:died_message()
   return msg
 end
 
---- Sends one request line and returns the next event; nil, err, kind ("timeout"|"dead"|"protocol").
+-- Disk used by the sandbox's writable folders (the volume included: it is the same disk).
+function Sandbox:disk_usage()
+  local total = 0
+  for _, dir in ipairs{self.workspace, self.memory} do
+    total = total + (sandbox.usage(dir) or 0)
+  end
+  return total
+end
+
+-- Whether the workspace has grown past what it may hold; the usage, and a message when it has.
+-- What it may hold is limits.workspace, or more while it is over for reasons other than the
+-- code's growth (a repository bigger than the limit, or the level at which code was last
+-- stopped, so that the next block can still read and clean up).
+function Sandbox:check_workspace()
+  local used, limit = self:disk_usage(), self.limits.workspace
+  if used <= limit then
+    self.allowance = limit
+  elseif used > self.allowance then
+    self.allowance = used
+    return ("the code wrote %s to the workspace, past its limit of %s (limits.workspace)")
+           :format(limits.human(used), limits.human(limit))
+  end
+end
+
+-- Waits for the driver's next line while keeping the workspace under its limit: the host
+-- measures it every WATCH_INTERVAL while code runs and stops code that grows it too far.
+function Sandbox:watched_line(timeout)
+  local deadline = sys.now() + timeout
+  local interval = WATCH_INTERVAL
+  while true do
+    local left = deadline - sys.now()
+    local line, why = sys.read_line(self.proc, math.max(0, math.min(left, interval)))
+    if line or why ~= "timeout" or left <= interval then return line, why end
+    local t0 = sys.now()
+    local over = self:check_workspace()
+    if over then return nil, over, "limit" end
+    interval = math.max(WATCH_INTERVAL, (sys.now() - t0) / WATCH_SHARE)
+  end
+end
+
+--- Sends one request line and returns the next event; nil, err, kind ("timeout"|"dead"|
+-- "protocol"|"limit").
 function Sandbox:request(req, timeout)
   if not self.proc then return nil, "the sandbox's driver is not running", "dead" end
   if req then
     local ok = self.proc:write(json.encode(req) .. "\n")
     if not ok then return nil, self:died_message(), "dead" end
   end
-  local line, why = sys.read_line(self.proc, timeout)
+  local line, why, kind = self:watched_line(timeout)
   self:drain_stderr()
   if not line then
+    if kind then return nil, why, kind end
     if why == "timeout" then return nil, "no answer from the sandbox in time", "timeout" end
+    if why == "overflow" then
+      return nil, ("the driver sent a line longer than %s, past what limits.submit allows"):format(
+        limits.human(self.max_line)), "protocol"
+    end
     return nil, self:died_message(), "dead"
   end
   local ev, err = json.decode(line)
@@ -242,79 +413,49 @@ function Sandbox:driver_pid()
   return pid
 end
 
--- Maps a sandbox path to the host path under the workspace or the volume, refusing anything that
--- leaves them, and any symbolic link on the way (code inside could point one at the host's files).
-function Sandbox:host_path(path, create_dirs)
+-- Splits a sandbox path into the host directory it lies beneath (the workspace or the volume)
+-- and the path relative to it; nil, err for anything else. The relative part is resolved later
+-- by rlm.core.sandbox without following symbolic links, so code inside cannot redirect it.
+function Sandbox:beneath(path)
   if type(path) ~= "string" or path == "" then error("a sandbox path must be a non-empty string", 3) end
   if path:sub(1, 1) ~= "/" then path = WORKSPACE .. "/" .. path end
-  local base, rel
   for prefix, dir in pairs{[WORKSPACE] = self.workspace, [MEMORY] = self.memory} do
     if path == prefix or path:sub(1, #prefix + 1) == prefix .. "/" then
-      base, rel = dir, path:sub(#prefix + 2)
+      local rel = path:sub(#prefix + 2):gsub("/+", "/"):gsub("^/", ""):gsub("/$", "")
+      return dir, rel ~= "" and rel or ".", prefix
     end
   end
-  if not base then
-    return nil, ("%s is outside %s and %s"):format(path, WORKSPACE, MEMORY)
-  end
-  local host = base
-  local parts = {}
-  for part in rel:gmatch("[^/]+") do
-    if part == ".." then return nil, path .. ": '..' is not allowed" end
-    if part ~= "." then parts[#parts + 1] = part end
-  end
-  for i, part in ipairs(parts) do
-    host = host .. "/" .. part
-    local st = sys.stat(host)
-    if st and st.type == "link" then
-      return nil, path .. ": refusing to follow a symbolic link"
-    end
-    if not st and create_dirs and i < #parts then
-      local ok, err = sys.mkdir_p(host)
-      if not ok then return nil, err end
-    end
-  end
-  return host
+  return nil, ("%s is outside %s and %s"):format(path, WORKSPACE, MEMORY)
 end
 
 function Sandbox:upload(path, data)
-  local host, err = self:host_path(path, true)
-  if not host then return nil, err end
-  return sys.write_file(host, data)
+  local dir, rel = self:beneath(path)
+  if not dir then return nil, rel end
+  return sandbox.write_beneath(dir, rel, data, {mkdirs = true, uid = self.uid, gid = self.uid})
 end
 
 function Sandbox:download(path)
-  local host, err = self:host_path(path)
-  if not host then return nil, err end
-  return sys.read_file(host)
+  local dir, rel = self:beneath(path)
+  if not dir then return nil, rel end
+  return sandbox.read_beneath(dir, rel)
 end
 
 --- Entries under dir, recursively: {path=, type="file"|"dir"|"link"|"other", size=}, sorted.
 function Sandbox:list(dir)
-  dir = (dir or WORKSPACE):gsub("/+$", "")
-  local host, err = self:host_path(dir)
-  if not host then return nil, err end
-  local st = sys.stat(host)
-  if not st or st.type ~= "dir" then return nil, dir .. ": not a directory" end
-  local out = {}
-  local function walk(h, p)
-    local names = sys.list_dir(h) or {}
-    table.sort(names)
-    for _, name in ipairs(names) do
-      local s = sys.stat(h .. "/" .. name)
-      if s then
-        out[#out + 1] = {path = p .. "/" .. name, type = s.type, size = s.size}
-        if s.type == "dir" then walk(h .. "/" .. name, p .. "/" .. name) end
-      end
-    end
-  end
-  walk(host, dir:sub(1, 1) == "/" and dir or WORKSPACE .. "/" .. dir)
-  return out
+  dir = dir or WORKSPACE
+  local host, rel, prefix = self:beneath(dir)
+  if not host then return nil, rel end
+  local entries, err = sandbox.list_beneath(host, rel)
+  if not entries then return nil, err end
+  for _, e in ipairs(entries) do e.path = prefix .. "/" .. e.path end
+  return entries
 end
 
 --- Runs a shell command in a fresh process inside the same file system view.
 function Sandbox:shell(cmd, timeout)
-  local r, err = sys.run(self:argv{"/bin/sh", "-c", cmd}, {env = self:environment(),
-                                                           timeout = timeout or 60})
+  local o = self:spawn_options{"/bin/sh", "-c", cmd}
+  o.timeout = timeout or 60
+  local r, err = sys.run(o.argv, o)
   if not r then return nil, err end
   return {exit = r.status == "exit" and r.code or 128 + r.code, output = r.stdout .. r.stderr}
 end

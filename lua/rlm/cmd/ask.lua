@@ -9,16 +9,18 @@ M.help = [[
 usage: rlm ask "TASK" [--context FILE|-] [--model M] [--sub-model M] [--backend local|daytona]
                       [--outputs a,b] [--json] [--trace FILE.jsonl] [--max-iterations N]
                       [--max-llm-calls N] [--max-depth N] [--max-cost USD] [--max-time S]
+                      [--limit NAME=VALUE]...
 
 Runs the RLM loop: the model explores the context in a sandbox by writing Python, until its
 code calls SUBMIT. Prints the answer (or, with --json, every output field and the run's usage).
 One progress line per turn goes to stderr. The model comes from --model or RLM_MODEL
-(provider/name, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5, local/NAME).]]
+(provider/name, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5, local/NAME).
+--limit NAME=VALUE sets a resource limit of the sandboxes (as for `rlm exec`).]]
 
 local SPEC = {context = "string", model = "string", sub_model = "string", backend = "string",
               outputs = "list", json = "flag", trace = "string", max_iterations = "number",
               max_llm_calls = "number", max_depth = "number", max_cost = "number",
-              max_time = "number", max_tokens = "number", quiet = "flag"}
+              max_time = "number", max_tokens = "number", quiet = "flag", limit = "assign"}
 
 local function read_context(path)
   if path == nil then return nil end
@@ -48,6 +50,7 @@ function M.main(argv)
     trace = opts.trace, max_iterations = opts.max_iterations, max_llm_calls = opts.max_llm_calls,
     max_depth = opts.max_depth, max_cost = opts.max_cost, max_time = opts.max_time,
     max_tokens = opts.max_tokens, on_event = not opts.quiet and progress or nil,
+    limits = opts.limit,
   }
   if opts.json then
     print(json.encode({fields = res.fields, reason = res.reason, iterations = res.iterations,

@@ -5,7 +5,8 @@ local json = require "rlm.json"
 local M = {}
 
 M.help = [[
-usage: rlm exec CODE|- [--backend local|daytona] [--timeout S] [--volume NAME] [--network] [--json]
+usage: rlm exec CODE|- [--backend local|daytona] [--timeout S] [--volume NAME] [--network]
+                      [--limit NAME=VALUE]... [--json]
 
 Runs one block of Python in a fresh sandbox (`-` reads the code from stdin). Prints the fields
 the code SUBMITs as one JSON object; without a SUBMIT, prints what the code printed. With --json,
@@ -14,10 +15,13 @@ The code's stderr (and its stdout when it submitted) goes to stderr. Exits 1 whe
 
   --timeout S     stop the code after S seconds (default 900)
   --volume NAME   mount the durable volume NAME at /home/daytona/memory
-  --network       allow network access (local backend: off by default)]]
+  --network       allow network access (local backend: off by default)
+  --limit N=V     a resource limit of the sandbox, repeatable: memory, processes, open_files,
+                  file_size, tmp, workspace, output, submit (sizes as 512M, 2G; see
+                  "Isolation" in the README for the defaults)]]
 
 local SPEC = {backend = "string", timeout = "number", volume = "string", json = "flag",
-              network = "flag"}
+              network = "flag", limit = "assign"}
 
 function M.main(argv)
   local opts, rest = args.parse(argv, SPEC)
@@ -28,7 +32,7 @@ function M.main(argv)
   if code == "-" then code = io.stdin:read("a") end
   local interp <close> = require("rlm").interpreter{
     backend = opts.backend, timeout = opts.timeout, volume_name = opts.volume,
-    network = opts.network or nil,
+    network = opts.network or nil, limits = opts.limit,
   }
   local out, run = interp:execute(code)
   if opts.json then

@@ -1,0 +1,467 @@
+-- The attacker's tests of the local sandbox: each plays hostile code (or a hostile driver) and
+-- checks, on the host, that the boundary held. tests/isolation/run runs this file as root and
+-- again as uid 65534; `make test` runs that.
+local T = require "support"
+local sys = require "rlm.sys"
+local json = require "rlm.json"
+local async = require "rlm.async"
+local http = require "rlm.http"
+local rlm = require "rlm"
+
+local tests = {}
+local ROOT = sys.getuid() == 0
+
+local function interp(opts)
+  local i = rlm.interpreter(opts)
+  T.defer(function() i:shutdown() end)
+  return i
+end
+
+-- Runs code that must finish without a Python error; returns what it printed, parsed as JSON
+-- when it printed JSON.
+local function probe(i, code)
+  local out, run = i:execute(code)
+  T.eq(run.error, nil, "probe error: " .. tostring(run.traceback))
+  local ok, v = pcall(json.decode, run.stdout)
+  return ok and v or run.stdout, out
+end
+
+-- The host uid of the sandbox's Python, from /proc.
+local function host_uid(pid)
+  local status = assert(sys.read_file(("/proc/%d/status"):format(pid)))
+  return tonumber(status:match("\nUid:%s*(%d+)"))
+end
+
+-- Runs fn while a task ticks every 20 ms; returns fn's results and the longest gap between
+-- ticks, so a test can show the host stayed responsive.
+local function while_ticking(fn)
+  local last, worst, stop = sys.now(), 0, false
+  local ticker = async.spawn(function()
+    while not stop do
+      async.sleep(0.02)
+      local now = sys.now()
+      worst = math.max(worst, now - last)
+      last = now
+    end
+  end)
+  local res = table.pack(fn())
+  stop = true
+  ticker:join()
+  return worst, table.unpack(res, 1, res.n)
+end
+
+-- 1. Host root from inside ---------------------------------------------------------------------
+
+tests["the code never runs as host root and cannot write a sysctl"] = function()
+  local sysctl = "/proc/sys/fs/lease-break-time"
+  local before = assert(sys.read_file(sysctl))
+  local i = interp{}
+  local r = probe(i, [[
+import json, os
+res = {}
+for p in ["/proc/sys/fs/lease-break-time", "/proc/sys/kernel/core_pattern",
+          "/proc/sys/kernel/modprobe", "/proc/sysrq-trigger"]:
+    try:
+        fd = os.open(p, os.O_WRONLY)
+        os.write(fd, b"46\n")
+        res[p] = "WRITTEN"
+    except OSError as e:
+        res[p] = e.strerror
+res["uid"] = os.getuid()
+print(json.dumps(res))]])
+  T.eq(assert(sys.read_file(sysctl)), before, "the host's lease-break-time")
+  for path, what in pairs(r) do
+    if path ~= "uid" then T.truthy(what ~= "WRITTEN", path .. " was written") end
+  end
+  T.eq(r.uid, 1000, "the code's own uid inside")
+  local uid = host_uid(i:pid())
+  T.truthy(uid ~= 0, "the sandbox's Python runs as host uid 0")
+  T.eq(uid, ROOT and 65534 or sys.getuid(), "the host uid of the sandbox")
+end
+
+tests["a sandbox uid of 0 is refused"] = function()
+  if not ROOT then T.skip("only root can choose the sandbox's uid") end
+  T.raises(function() rlm.interpreter{uid = 0} end, "must never run as host root")
+end
+
+-- 6. Kernel surface ----------------------------------------------------------------------------
+
+tests["namespaces, mounts and risky kernel interfaces are closed; ordinary Python works"] = function()
+  local i = interp{}
+  local r = probe(i, [[
+import ctypes, json, os, subprocess, threading, multiprocessing
+libc = ctypes.CDLL(None, use_errno=True)
+res = {}
+for name, nr in [("mount", 165), ("bpf", 321), ("io_uring_setup", 425), ("keyctl", 250),
+                 ("perf_event_open", 298), ("ptrace", 101), ("init_module", 175),
+                 ("kexec_load", 246), ("unshare", 272), ("setns", 308), ("userfaultfd", 323)]:
+    r = libc.syscall(nr, 0, 0, 0, 0, 0)
+    res[name] = [r, ctypes.get_errno()]
+p = subprocess.run(["unshare", "-Urm", "true"], capture_output=True)
+res["unshare -Urm"] = p.returncode
+status = dict(l.split(":", 1) for l in open("/proc/self/status"))
+res["status"] = {k: status[k].strip() for k in ("CapEff", "CapBnd", "NoNewPrivs", "Seccomp")}
+t = threading.Thread(target=lambda: None); t.start(); t.join()
+with multiprocessing.Pool(2) as pool:
+    res["pool"] = pool.map(abs, [-1, -2])
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+res["fork"] = os.waitpid(pid, 0)[1] >> 8
+res["sub"] = subprocess.run(["echo", "ok"], capture_output=True, text=True).stdout
+print(json.dumps(res))]])
+  for _, name in ipairs{"mount", "bpf", "io_uring_setup", "keyctl", "perf_event_open", "ptrace",
+                        "init_module", "kexec_load", "unshare", "setns", "userfaultfd"} do
+    T.eq(r[name][1], -1, name .. " returned")
+    T.truthy(r[name][2] == 1 or r[name][2] == 38, name .. ": EPERM or ENOSYS, got " .. r[name][2])
+  end
+  T.truthy(r["unshare -Urm"] ~= 0, "unshare -Urm must fail")
+  T.eq(r.status, {CapEff = "0000000000000000", CapBnd = "0000000000000000", NoNewPrivs = "1",
+                  Seccomp = "2"})
+  T.eq(r.pool, {1, 2})
+  T.eq(r.fork, 7)
+  T.eq(r.sub, "ok\n")
+end
+
+-- 2. Inherited descriptors ---------------------------------------------------------------------
+
+-- What the code finds on every descriptor number: the readlink target of each open one, and
+-- whether any of them is a socket it can use.
+local FD_PROBE = [[
+import json, os, socket, stat
+seen, sockets = {}, []
+for fd in range(0, 1024):
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        continue
+    try:
+        seen[fd] = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        seen[fd] = "?"
+    if stat.S_ISSOCK(st.st_mode):
+        try:
+            s = socket.socket(fileno=os.dup(fd))
+            s.settimeout(1)
+            s.sendall(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
+            sockets.append([fd, s.recv(100).decode("latin-1")])
+        except OSError as e:
+            sockets.append([fd, str(e)])
+print(json.dumps({"fds": seen, "sockets": sockets}))]]
+
+-- Only the driver's own: /dev/null on 0, its capture files, the three protocol pipes.
+local function check_own_fds(r)
+  T.eq(#r.sockets, 0, "sockets reached from inside: " .. json.encode(r.sockets))
+  local n = 0
+  for fd, target in pairs(r.fds) do
+    n = n + 1
+    local own = target == "/dev/null" or target:match("^/run/rlm/rlm%-driver%-") or
+                target:match("^pipe:")
+    T.truthy(own, ("fd %s inside points at %s"):format(fd, target))
+  end
+  T.truthy(n <= 8, "at most the driver's 8 descriptors, got " .. json.encode(r.fds))
+end
+
+tests["no descriptor of the host reaches the sandbox, keep-alive connections included"] = function()
+  local leaked = assert(io.open("/etc/hostname"))   -- fopen: inheritable
+  T.defer(function() leaked:close() end)
+  local echo = T.server{"tests/standins/echo"}
+  local res = assert(http.request{url = echo.url .. "/echo"})
+  T.eq(res.status, 200, "the keep-alive connection is open")
+  local i = interp{}
+  check_own_fds(probe(i, FD_PROBE))
+end
+
+tests["a descriptor rlm inherits from its parent does not reach the sandbox"] = function()
+  local code = FD_PROBE
+  local r = assert(sys.run({"/bin/sh", "-c", 'exec 7</etc/hostname 9</etc/hostname; exec "$0" exec "$1"',
+                            T.rlm, code}, {timeout = 60}))
+  T.eq(r.code, 0, "rlm exec: " .. r.stderr)
+  check_own_fds(json.decode(r.stdout))
+end
+
+-- 6. env reaches only the inside ---------------------------------------------------------------
+
+tests["env reaches only the code: bwrap runs with a fixed environment"] = function()
+  local marker = "rlm-env-marker-" .. sys.getpid()
+  local i = interp{env = {LD_PRELOAD = "/nonexistent/rlm-preload.so", RLM_MARKER = marker}}
+  local r = probe(i, "import json, os\nprint(json.dumps(dict(os.environ)))")
+  T.eq(r.RLM_MARKER, marker)
+  T.eq(r.LD_PRELOAD, "/nonexistent/rlm-preload.so")
+  -- Every host-side process of the sandbox (the bwrap processes above the driver).
+  local pid = i:pid()
+  local ppid = tonumber(assert(sys.read_file(("/proc/%d/stat"):format(pid))):match("^%d+ %b() %a (%d+)"))
+  local checked = 0
+  while ppid and ppid ~= sys.getpid() and ppid > 1 do
+    local environ = sys.read_file(("/proc/%d/environ"):format(ppid)) or ""
+    local cmdline = sys.read_file(("/proc/%d/cmdline"):format(ppid)) or ""
+    T.truthy(not environ:find(marker, 1, true), "bwrap's environment holds the code's env")
+    T.truthy(not environ:find("LD_PRELOAD", 1, true), "bwrap's environment holds LD_PRELOAD")
+    T.truthy(not cmdline:find(marker, 1, true), "the host's process list shows the code's env")
+    checked = checked + 1
+    ppid = tonumber(assert(sys.read_file(("/proc/%d/stat"):format(ppid))):match("^%d+ %b() %a (%d+)"))
+  end
+  T.truthy(checked >= 1, "found the bwrap process")
+end
+
+-- 3. Symlink race ------------------------------------------------------------------------------
+
+tests["host file operations hold against code swapping a directory for a link"] = function()
+  local outside = T.tmpdir()
+  assert(sys.write_file(outside .. "/host-marker", "HOST-SECRET"))
+  local i = interp{}
+  -- A thread that swaps d (a directory with a decoy) and l (a link to the host folder) with
+  -- renameat2(RENAME_EXCHANGE) for as long as the host works on d.
+  probe(i, ([[
+import ctypes, os, threading
+os.makedirs("d", exist_ok=True)
+open("d/decoy", "w").write("decoy")
+if not os.path.islink("l"):
+    os.symlink(%q, "l")
+libc = ctypes.CDLL(None, use_errno=True)
+swaps = [0]
+stop = threading.Event()
+def swap():
+    while not stop.is_set():
+        if libc.syscall(316, -100, b"d", -100, b"l", 2) == 0:
+            swaps[0] += 1
+threading.Thread(target=swap, daemon=True).start()]]):format(outside))
+  local wrote, read, listed = 0, 0, 0
+  for k = 1, 3000 do
+    if pcall(i.upload, i, "d/f" .. k, "x") then wrote = wrote + 1 end
+    T.eq(i:download("d/host-marker"), nil, "download reached the host's file")
+    if i:download("d/decoy") == "decoy" then read = read + 1 end
+    if k % 20 == 0 then
+      local entries = i:files("/home/daytona/workspace/d")
+      for _, e in ipairs(entries or {}) do
+        T.truthy(not e.path:find("host-marker", 1, true), "files() listed the host's folder")
+      end
+      if entries then listed = listed + 1 end
+    end
+  end
+  local swaps = probe(i, "stop.set()\nprint(swaps[0])")
+  T.truthy(swaps > 100, "the swapper ran (" .. tostring(swaps) .. " swaps)")
+  T.truthy(wrote > 0 and read > 0 and listed > 0,
+           ("the host worked between swaps (%d writes, %d reads, %d listings)"):format(wrote, read, listed))
+  T.eq(sys.list_dir(outside), {"host-marker"}, "files in the host folder")
+  T.eq(sys.read_file(outside .. "/host-marker"), "HOST-SECRET")
+end
+
+tests["uploads belong to the sandbox's user, and links are never followed"] = function()
+  local i = interp{}
+  probe(i, "import os\nos.symlink('/etc', 'etc-link')\nos.symlink('/etc/passwd', 'pw')")
+  T.raises(function() i:upload("etc-link/evil", "x") end, "symbolic link")
+  local passwd = sys.read_file("/etc/passwd")
+  assert(i:upload("pw", "replaced"))                      -- replaces the link, not its target
+  T.eq(sys.read_file("/etc/passwd"), passwd)
+  T.eq(probe(i, "import os\nprint(os.path.islink('pw'), open('pw').read())"), "False replaced\n")
+  local data, err = i:download("etc-link/passwd")
+  T.eq(data, nil)
+  T.contains(err, "symbolic link")
+  T.eq(i:files("/home/daytona/workspace/etc-link"), nil)
+  assert(i:upload("sub/dir/file.txt", "mine"))
+  local r = probe(i, [[
+import json, os
+open("sub/dir/file.txt", "a").write(" and mine")
+os.rename("sub/dir", "sub/dir2")
+print(json.dumps(open("sub/dir2/file.txt").read()))]])
+  T.eq(r, "mine and mine", "the code can change what the host uploaded")
+end
+
+-- 4. Resource limits ---------------------------------------------------------------------------
+
+-- Runs a bomb under small limits; checks its error, that the host kept ticking, and that the
+-- same interpreter still works.
+local function bomb(limits, code, needle)
+  local i = interp{limits = limits, execute_timeout = 60}
+  local gap, _, run = while_ticking(function() return i:execute(code) end)
+  T.truthy(run.error, "the bomb went off without an error: " .. run.stdout)
+  T.contains(run.error, needle, "the error")
+  T.truthy(gap < 0.5, ("the host stalled for %.2f s"):format(gap))
+  local out = i:execute("SUBMIT(answer=1)")
+  T.eq(out, {answer = 1}, "the interpreter after the bomb")
+  return run, i
+end
+
+tests["a memory bomb stops at limits.memory with MemoryError"] = function()
+  bomb({memory = "256M"}, "x = bytearray(300 * 2**20)", "MemoryError")
+  bomb({memory = "256M"}, "xs = []\nwhile True:\n    xs.append(bytearray(2**20))", "MemoryError")
+end
+
+tests["a fork bomb stops at limits.processes"] = function()
+  local run = bomb({processes = 32}, [[
+import subprocess
+procs = []
+try:
+    while True:
+        procs.append(subprocess.Popen(["sleep", "30"]))
+finally:
+    print(len(procs))
+    for p in procs:
+        p.kill()
+        p.wait()]], "Resource temporarily unavailable")
+  local started = tonumber(run.stdout:match("%d+"))
+  T.truthy(started and started <= 32, "processes started before the wall: " .. run.stdout)
+end
+
+tests["open files and file size stop at their limits"] = function()
+  bomb({open_files = 64}, "fs = [open('/dev/null') for _ in range(100)]", "Too many open files")
+  bomb({file_size = "8M"}, "open('big', 'wb').write(b'x' * (9 << 20))", "File too large")
+end
+
+tests["/tmp and /dev/shm stop at limits.tmp"] = function()
+  for _, dir in ipairs{"/tmp", "/dev/shm"} do
+    bomb({tmp = "16M"}, ("open('%s/fill', 'wb').write(b'x' * (32 << 20))"):format(dir),
+         "No space left on device")
+  end
+end
+
+tests["a print flood stops at limits.output and never fills /tmp"] = function()
+  local run = bomb({output = "1M"}, "while True:\n    print('x' * 1000)", "No space left on device")
+  T.truthy(#run.stdout <= 10000 + 100, "stdout cut to max_output_chars")
+end
+
+tests["a workspace bomb is stopped near limits.workspace and the files stay"] = function()
+  local run, i = bomb({workspace = "64M"}, [[
+import os
+for k in range(400):
+    with open(f"fill{k}", "wb") as f:
+        f.write(b"x" * (4 << 20))]], "limits.workspace")
+  T.truthy(run.error:match("^LimitError"), run.error)
+  local used = require("rlm.core.sandbox").usage(i.sandbox.workspace)
+  T.truthy(used < (64 << 20) + (1 << 30), ("the workspace holds %d MiB"):format(used >> 20))
+  T.truthy(#i:files() > 0, "the files written before the stop stay")
+  -- Cleaning up is allowed even while over the limit.
+  local out = i:execute("import glob, os\nfor f in glob.glob('fill*'): os.remove(f)\nSUBMIT(answer=2)")
+  T.eq(out, {answer = 2})
+end
+
+-- 5. The host's own memory ---------------------------------------------------------------------
+
+-- Python defining writable_pipes(): the pipes the driver writes to the host, in fd order.
+local WRITABLE_PIPES = [[
+import fcntl, os, stat
+def writable_pipes():
+    for fd in range(3, 64):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode) and \
+                    fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY:
+                yield fd
+        except OSError:
+            pass
+]]
+
+-- Peak RSS of a child rlm that runs script; the script's stdout comes back too.
+local function child_peak(script)
+  local path = T.tmpdir() .. "/flood.lua"
+  assert(sys.write_file(path, "local WRITABLE_PIPES = " .. ("%q"):format(WRITABLE_PIPES) .. "\n" ..
+                              script .. [[
+
+local status = require("rlm.sys").read_file("/proc/self/status")
+print("VmHWM " .. status:match("VmHWM:%s*(%d+)"))]]))
+  local r = assert(sys.run({T.rlm, "run", path}, {timeout = 180}))
+  T.eq(r.code, 0, "the flooded rlm: " .. r.stderr:sub(1, 2000))
+  return tonumber(r.stdout:match("VmHWM (%d+)")) * 1024, r.stdout
+end
+
+tests["a 1 GB flood on each of the driver's descriptors leaves rlm's memory flat"] = function()
+  local peak, out = child_peak([[
+local i <close> = require("rlm").interpreter{}
+-- The driver's real stderr and its protocol descriptor are the pipes it writes; it dups stderr
+-- first (driver.py main), so the lower one is stderr: flooded first, then the protocol.
+local _, run = i:execute(WRITABLE_PIPES .. [=[
+chunk = b"x" * (1 << 20)
+for fd in writable_pipes():
+    for _ in range(1024):
+        os.write(fd, chunk)
+]=])
+print("ERROR " .. tostring(run.error))
+print("LOST " .. tostring(run.state_lost))
+local after = i:execute("SUBMIT(answer=5)")
+print("AFTER " .. tostring(after and after.answer))]])
+  T.contains(out, "ERROR SandboxError", "the flood's run.error")
+  T.contains(out, "LOST true")
+  T.contains(out, "AFTER 5", "the interpreter after the flood")
+  T.truthy(peak < 100 << 20, ("rlm's peak RSS was %d MiB"):format(peak >> 20))
+end
+
+-- Sends `line` on every pipe the driver writes to the host, then ends the driver, as hostile
+-- code may: the host reads the forged event where it expects the real one.
+local function forge(i, line)
+  return i:execute(WRITABLE_PIPES .. ("for fd in writable_pipes():\n    os.write(fd, %q.encode())\nos._exit(0)")
+                   :format(line .. "\n"))
+end
+
+-- Executes until the interpreter answers again (a forged event may cost one restart).
+local function recovers(i)
+  for _ = 1, 3 do
+    local out = i:execute("SUBMIT(answer=3)")
+    if out and out.answer == 3 then return true end
+  end
+  return false
+end
+
+tests["a forged done event is cut to max_output_chars on the host"] = function()
+  local i = interp{max_output_chars = 1000}
+  local forged = json.encode{ev = "done", id = 1, stdout = ("F"):rep(2000000), stderr = "",
+                             submitted = json.null}
+  local _, run = forge(i, forged)
+  T.truthy(run.stdout:find("FFFF", 1, true), "the forged event was taken")
+  T.truthy(#run.stdout <= 1000 + 100, ("run.stdout is %d characters"):format(#run.stdout))
+  T.truthy(recovers(i), "the interpreter answers again")
+end
+
+tests["a malformed event restarts the driver with a clear error"] = function()
+  for _, line in ipairs{'{"ev":"done","id":1,"stdout":12345}', '{"ev":"call","id":1,"kind":"rm_rf"}',
+                        '{"ev":"done","id":1,"submitted":"not an object"}', 'not json at all'} do
+    local i = interp{}
+    local _, run = forge(i, line)
+    T.truthy(run.error and run.error:match("^SandboxError"), line .. ": " .. tostring(run.error))
+    T.eq(run.state_lost, true)
+    T.truthy(recovers(i), "the interpreter answers again after " .. line)
+  end
+end
+
+-- What held before and must keep holding -------------------------------------------------------
+
+tests["no network, no host files, no host processes, no keys"] = function()
+  sys.setenv("OPENAI_API_KEY", "sk-host-only-secret")
+  T.defer(function() sys.setenv("OPENAI_API_KEY", nil) end)
+  local echo = T.server{"tests/standins/echo"}
+  local port = tonumber(echo.url:match(":(%d+)$"))
+  local i = interp{}
+  local r = probe(i, ([[
+import json, os, socket
+res = {}
+def attempt(name, fn):
+    try:
+        fn()
+        res[name] = "CONNECTED"
+    except OSError as e:
+        res[name] = e.__class__.__name__
+def tcp():
+    socket.create_connection(("127.0.0.1", %d), timeout=2)
+def tcp6():
+    socket.create_connection(("::1", %d), timeout=2)
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(b"x", ("8.8.8.8", 53))
+    s.settimeout(1)
+    s.recv(10)
+def abstract():
+    s = socket.socket(socket.AF_UNIX)
+    s.connect("\0rlm-isolation-test")
+attempt("tcp", tcp); attempt("tcp6", tcp6); attempt("udp", udp); attempt("abstract", abstract)
+res["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+res["files"] = [p for p in ["/root", "/etc/shadow", "/home/daytona/.ssh", %q] if os.path.exists(p)]
+res["keys"] = [k for k in os.environ if "KEY" in k]
+print(json.dumps(res))]]):format(port, port, T.rlm))
+  for _, k in ipairs{"tcp", "tcp6", "udp", "abstract"} do
+    T.truthy(r[k] ~= "CONNECTED", k .. " reached the host")
+  end
+  T.truthy(#r.pids <= 6, "processes visible inside: " .. json.encode(r.pids))
+  T.eq(r.files, {}, "host paths visible inside")
+  T.eq(r.keys, {}, "keys inside")
+end
+
+return tests
