@@ -10,8 +10,9 @@ local function percentile(xs, p)
 end
 
 -- The same local sandbox without its hardening: bwrap with the flags it had before the sandbox
--- became a boundary (no uid change, seccomp, capability drop, read-only /proc and /dev, sized
--- tmpfs, limits or descriptor passing). Only for this comparison; rlm has no such mode.
+-- became a boundary (no seccomp, capability drop, user-namespace ban, read-only /proc and /dev,
+-- sized tmpfs, limits, hidden arguments or descriptor passing; it still runs as the sandbox's
+-- uid, which owns the folders). Only for this comparison; rlm has no such mode.
 local function unhardened(interp)
   local real = interp.backend
   interp.backend = setmetatable({create = function(o)
@@ -25,7 +26,7 @@ local function unhardened(interp)
                  "--bind", self.memory, "/home/daytona/memory", "--chdir", "/home/daytona/workspace",
                  "--uid", "1000", "--gid", "1000", "--remount-ro", "/", "--"}
       table.move(argv, 1, #argv, #a + 1, a)
-      return {argv = a, env = self:environment()}
+      return {argv = a, env = self:environment(), uid = self.uid, gid = self.uid}
     end
     return sb
   end}, {__index = real})

@@ -472,7 +472,9 @@ static void on_output(void *ud, int fd, short revents)
     struct process *p = ud;
     int which = (fd == p->fds[OUT]) ? OUT : ERR;
     char chunk[65536];
-    for (;;) {
+    /* At most 1 MiB a wake-up: a child that writes as fast as we read must not keep us here,
+     * and Lua gets to look at what came (and stop the child) between wake-ups. */
+    for (int reads = 0; reads < 16; reads++) {
         ssize_t n = read(fd, chunk, sizeof chunk);
         if (n > 0) {
             buf_add(&p->out[which], chunk, (size_t)n);

@@ -49,8 +49,9 @@ function M.wait(proc, timeout)
   end
 end
 
---- Runs a command to completion, collecting its output. opts: env, cwd, input, timeout, and
--- spawn's pass, uid, gid and rlimits.
+--- Runs a command to completion, collecting its output. opts: env, cwd, input, timeout,
+-- max_output (bytes of stdout and of stderr kept; past it the command is killed and the result
+-- says cut = true), and spawn's pass, uid, gid and rlimits.
 function M.run(argv, opts)
   opts = opts or {}
   local proc, err = core.spawn{argv = argv, env = opts.env, cwd = opts.cwd,
@@ -61,7 +62,17 @@ function M.run(argv, opts)
     proc:write(opts.input)
   end
   local out, errs = {}, {}
+  local sizes = {0, 0}
   local deadline = opts.timeout and core.now() + opts.timeout
+  local function collect()
+    for k, list in ipairs{out, errs} do
+      local more = proc:read(k == 1 and "stdout" or "stderr")
+      sizes[k] = sizes[k] + #more
+      list[#list + 1] = more
+    end
+    return opts.max_output and (sizes[1] > opts.max_output or sizes[2] > opts.max_output)
+  end
+  local cut = false
   while not (proc:eof("stdout") and proc:eof("stderr")) do
     if opts.input and proc:pending_input() == 0 then proc:close_stdin() end
     local left = deadline and deadline - core.now()
@@ -71,14 +82,20 @@ function M.run(argv, opts)
       return nil, "timed out after " .. opts.timeout .. " s: " .. argv[1]
     end
     async.await(proc:id(), left)
-    out[#out + 1] = proc:read("stdout")
-    errs[#errs + 1] = proc:read("stderr")
+    if collect() then
+      cut = true
+      proc:kill("KILL")
+      break
+    end
   end
-  out[#out + 1] = proc:read("stdout")
-  errs[#errs + 1] = proc:read("stderr")
+  cut = collect() or cut
   local how, code = M.wait(proc, deadline and math.max(0.1, deadline - core.now()))
   proc:close()
-  return {status = how, code = code, stdout = table.concat(out), stderr = table.concat(errs)}
+  local stdout, stderr = table.concat(out), table.concat(errs)
+  if cut then
+    stdout, stderr = stdout:sub(1, opts.max_output), stderr:sub(1, opts.max_output)
+  end
+  return {status = how, code = code, stdout = stdout, stderr = stderr, cut = cut}
 end
 
 --- How many processes the host user uid runs now (from /proc).

@@ -321,6 +321,14 @@ tests["a print flood stops at limits.output and never fills /tmp"] = function()
   T.truthy(#run.stdout <= 10000 + 100, "stdout cut to max_output_chars")
 end
 
+tests["a shell command that prints without end is stopped at limits.output"] = function()
+  local i = interp{limits = {output = "1M"}}
+  local gap, r = while_ticking(function() return i:shell("yes", 30) end)
+  T.truthy(#r.output < (1 << 20) + 200, ("kept %d bytes"):format(#r.output))
+  T.contains(r.output, "limits.output")
+  T.truthy(gap < 0.5, ("the host stalled for %.2f s"):format(gap))
+end
+
 tests["a workspace bomb is stopped near limits.workspace and the files stay"] = function()
   local run, i = bomb({workspace = "64M"}, [[
 import os

@@ -451,13 +451,19 @@ function Sandbox:list(dir)
   return entries
 end
 
---- Runs a shell command in a fresh process inside the same file system view.
+--- Runs a shell command in a fresh process inside the same file system view. Its output is
+-- held to limits.output: a command that prints more is stopped.
 function Sandbox:shell(cmd, timeout)
   local o = self:spawn_options{"/bin/sh", "-c", cmd}
-  o.timeout = timeout or 60
+  o.timeout, o.max_output = timeout or 60, self.limits.output
   local r, err = sys.run(o.argv, o)
   if not r then return nil, err end
-  return {exit = r.status == "exit" and r.code or 128 + r.code, output = r.stdout .. r.stderr}
+  local output = r.stdout .. r.stderr
+  if r.cut then
+    output = output .. ("\n[stopped: the command printed more than %s (limits.output)]\n")
+                       :format(limits.human(self.limits.output))
+  end
+  return {exit = r.status == "exit" and r.code or 128 + r.code, output = output}
 end
 
 --- Kills the driver and removes the transient directories; the volume stays. Idempotent, and
