@@ -246,8 +246,12 @@ void host_install_signals(lua_State *L)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
+    /* Every signal that ends a program from outside: the terminal closing (HUP) and Ctrl-\\ (QUIT)
+     * too, so the same cleanup runs and no sandbox outlives rlm. */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGQUIT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 }
 
@@ -265,5 +269,5 @@ void host_check_signal(lua_State *L)
         ;
     int signo = host_signal;
     host_signal = -signo;     /* handled; main still sees which signal ended the run */
-    luaL_error(L, "interrupted (%s)", signo == SIGINT ? "SIGINT" : "SIGTERM");
+    luaL_error(L, "interrupted (SIG%s)", sigabbrev_np(signo));
 }

@@ -363,8 +363,8 @@ static int l_realpath(lua_State *L)
 static const struct {
     const char *name;
     int signo;
-} signal_names[] = {{"TERM", SIGTERM}, {"KILL", SIGKILL}, {"INT", SIGINT},
-                    {"HUP", SIGHUP},   {"STOP", SIGSTOP}, {"CONT", SIGCONT}, {NULL, 0}};
+} signal_names[] = {{"TERM", SIGTERM}, {"KILL", SIGKILL}, {"INT", SIGINT},  {"HUP", SIGHUP},
+                    {"QUIT", SIGQUIT}, {"STOP", SIGSTOP}, {"CONT", SIGCONT}, {NULL, 0}};
 
 static int check_signal(lua_State *L, int arg)
 {

@@ -145,6 +145,16 @@ lazy("exec", "rlm.cmd.exec", require_help("rlm.cmd.exec"))
 lazy("daytona-smoke", "rlm.cmd.daytona_smoke", require_help("rlm.cmd.daytona_smoke"))
 lazy("sandboxes", "rlm.cmd.sandboxes", require_help("rlm.cmd.sandboxes"))
 
+-- An error, an interrupt (`run` reports its script's as status 1), os.exit or a script that
+-- never shut its interpreters down may leave sandboxes behind: end them all, through the one
+-- registry, while the event loop can still carry remote deletions (finalisers at exit cannot).
+local function end_sandboxes()
+  local registry = package.loaded["rlm.registry"]
+  if registry then registry.cleanup_all() end
+  local daytona = package.loaded["rlm.backend.daytona"]
+  if daytona then pcall(daytona.settle) end     -- a second Ctrl-C stops the wait
+end
+
 function M.main(argv)
   local name = argv[1]
   if name == nil or name == "--help" or name == "-h" then
@@ -163,15 +173,16 @@ function M.main(argv)
     return 0
   end
   plain_errors = cmd.plain_errors or false
+  local exit = os.exit
+  -- A script may leave through os.exit: its sandboxes end first, as on every other way out.
+  os.exit = function(...)
+    end_sandboxes()
+    return exit(...)
+  end
   local ok, status = protected(cmd.run, rest)
+  os.exit = exit
   status = not ok and 1 or math.type(status) == "integer" and status or 0
-  -- An error, an interrupt (`run` reports its script's as status 1) or a script that never
-  -- shut its interpreters down may leave sandboxes behind: end them all here, through the one
-  -- registry, while the event loop can still carry remote deletions (finalisers at exit cannot).
-  local registry = package.loaded["rlm.registry"]
-  if registry then registry.cleanup_all() end
-  local daytona = package.loaded["rlm.backend.daytona"]
-  if daytona then pcall(daytona.settle) end     -- a second Ctrl-C stops the wait
+  end_sandboxes()
   return status
 end
 

@@ -460,26 +460,46 @@ tests["shutdown, <close> and GC end the sandbox and unregister it"] = function()
   T.raises(function() i:execute("pass") end, "shut down")
 end
 
-tests["an interrupted rlm ends its sandboxes"] = function()
+-- Starts an rlm whose script opens a sandbox, reports it, then does `after`; returns the process,
+-- the sandbox's folder and its driver's pid.
+local function rlm_with_sandbox(after)
   local proc = assert(sys.spawn{argv = {T.rlm, "-e", [[
 local i = require("rlm").interpreter{}
 i:start()
 print(i.sandbox.root .. " " .. i:pid())
 io.stdout:flush()
-i:execute("import time\ntime.sleep(100)")
-]]}, stdin = "null", stderr = "pipe"})
+]] .. after}, stdin = "null", stderr = "pipe"})
   T.defer(function() proc:close() end)
   local line = assert(sys.read_line(proc, 10))
   local root, pid = line:match("^(%S+) (%d+)$")
   T.truthy(sys.stat(root), "the sandbox exists while it runs")
-  sys.sleep(0.2)
-  proc:kill("INT")
-  T.eq({sys.wait(proc, 5)}, {"exit", 130})
-  T.contains(proc:read("stderr"), "interrupted (SIGINT)")
-  T.eq(sys.stat(root), nil, "the transient folder is gone")
+  return proc, root, pid
+end
+
+local function gone(root, pid, how)
+  T.eq(sys.stat(root), nil, how .. ": the transient folder is gone")
   local deadline = sys.now() + 2
   while sys.stat("/proc/" .. pid) and sys.now() < deadline do sys.sleep(0.01) end
-  T.eq(sys.stat("/proc/" .. pid), nil, "the driver is gone")
+  T.eq(sys.stat("/proc/" .. pid), nil, how .. ": the driver is gone")
+end
+
+tests["an interrupted rlm ends its sandboxes, whatever the signal"] = function()
+  for _, sig in ipairs{{"INT", 2}, {"TERM", 15}, {"HUP", 1}, {"QUIT", 3}} do
+    local proc, root, pid = rlm_with_sandbox('i:execute("import time\\ntime.sleep(100)")')
+    sys.sleep(0.2)
+    proc:kill(sig[2])
+    T.eq({sys.wait(proc, 5)}, {"exit", 128 + sig[2]}, sig[1])
+    T.contains(proc:read("stderr"), "interrupted (SIG" .. sig[1] .. ")")
+    gone(root, pid, sig[1])
+  end
+end
+
+tests["os.exit ends the sandboxes a script left open"] = function()
+  for _, call in ipairs{"os.exit(3)", "os.exit(3, true)"} do
+    local proc, root, pid = rlm_with_sandbox(call)
+    T.eq({sys.wait(proc, 5)}, {"exit", 3}, call)
+    gone(root, pid, call)
+  end
 end
 
 tests["rlm exec prints fields, stdout, --json and reads stdin"] = function()
