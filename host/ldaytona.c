@@ -5,11 +5,13 @@
  *       holds the credentials in C, so no Lua table (and no trajectory) ever carries them
  *   client:request{method=, base=, path= "/x" | {segment, ...}, query= {k = v},
  *                  json= value | parts= {{name=, data=, filename=, content_type=}, ...},
- *                  accept=, raw=, timeout=, deadline=, retries=, idempotent=} -> op
+ *                  accept=, raw=, timeout=, deadline=, retries=, idempotent=,
+ *                  retry_conflict=} -> op
  *   op:id()        op id, ready when the call has finished (after any retries)
  *   op:done()      true once finished
  *   op:result()    value, {status=, attempts=} | nil, err
- *                  value: the decoded JSON, true for an empty body, the body string with raw,
+ *                  value: the decoded JSON, true for an empty body, the body string with raw
+ *                  or for a text/plain answer,
  *                  or for a multipart response a list of {name=, filename=, content_type=,
  *                  data=} where an "error" part with a JSON body also gets error = err
  *   op:cancel()    stops it; also __gc and __close
@@ -20,7 +22,8 @@
  * is the message. Path segments and query values are percent-escaped here; a query value that is
  * a table is sent as JSON (Daytona's labels filter). Retries: connection failures, 429, 502,
  * 503, 504 on any method; 500, timeouts and broken transfers only on idempotent methods
- * (GET/HEAD/PUT/DELETE, or idempotent=true); exponential backoff with jitter, or Retry-After;
+ * (GET/HEAD/PUT/DELETE, or idempotent=true); 409 with retry_conflict=true (a sandbox that is
+ * still changing state); exponential backoff with jitter, or Retry-After;
  * all within the deadline (seconds, the whole call) with each attempt capped by timeout. */
 #include <ctype.h>
 #include <stdio.h>
@@ -37,6 +40,10 @@
 #include "retry.h"
 
 #define CLIENT "rlm.daytona.client"
+/* The official SDK release whose wire format rlm speaks (tests/sdk pins the same one). The
+ * daemon shapes some answers by it: without it, command logs come as plain text rather than
+ * JSON with stdout and stderr apart (apps/daemon/pkg/session/common.go, SkipServerDemux). */
+#define SDK_VERSION_HEADER "X-Daytona-SDK-Version: 0.218.0"
 #define OP "rlm.daytona.op"
 #define ERROR "rlm.daytona.error"
 
@@ -63,7 +70,7 @@ struct op {
     char *what;                 /* "METHOD url-without-query", for messages */
     char *secret;
     const char *hint;
-    int has_body, raw, idempotent, finished, attempts, max_attempts;
+    int has_body, raw, idempotent, retry_conflict, finished, attempts, max_attempts;
     long timeout_ms;
     double started_ms, deadline_ms, retry_after;
     char failure[256];          /* set when an attempt could not even start */
@@ -236,6 +243,11 @@ static int retryable(const struct op *o)
     }
     long s = c->status;
     if (s == 429 || s == 502 || s == 503 || s == 504)
+        return 1;
+    /* The API refuses to delete a sandbox while it is being created or started (409, "state
+     * change in progress": apps/api/src/sandbox/services/sandbox.service.ts, destroy); it can
+     * go once that ends. */
+    if (s == 409 && o->retry_conflict)
         return 1;
     return s == 500 && o->idempotent;
 }
@@ -555,6 +567,7 @@ static int c_request(lua_State *L)
     if (c->org)
         http_add_header(L, &o->headers, c->org);
     http_add_header(L, &o->headers, c->source);
+    http_add_header(L, &o->headers, SDK_VERSION_HEADER);
     const char *accept = opt_string(L, 2, "accept", "application/json");
     if (strpbrk(accept, "\r\n"))
         luaL_error(L, "request field 'accept' contains a line break");
@@ -567,7 +580,9 @@ static int c_request(lua_State *L)
     o->raw = lua_toboolean(L, -1);
     lua_getfield(L, 2, "idempotent");
     o->idempotent = lua_isnil(L, -1) ? idempotent_method(method) : lua_toboolean(L, -1);
-    lua_pop(L, 2);
+    lua_getfield(L, 2, "retry_conflict");
+    o->retry_conflict = lua_toboolean(L, -1);
+    lua_pop(L, 3);
     double timeout = opt_number(L, 2, "timeout", 60);
     double deadline = opt_number(L, 2, "deadline", timeout * 2);
     o->timeout_ms = timeout > 0 ? (long)(timeout * 1e3) : 1;
@@ -835,7 +850,8 @@ static int push_success(lua_State *L, struct op *o)
         int n = push_multipart(L, o, ctype);
         if (n != 1)
             return n;
-    } else if (o->raw) {
+    } else if (o->raw || strncasecmp(ctype, "text/plain", 10) == 0) {
+        /* text/plain: the daemon's answer to a client it takes for an older SDK */
         lua_pushlstring(L, c->body.data ? c->body.data : "", c->body.len);
     } else if (c->body.len == 0 || strspn(c->body.data, " \t\r\n") == c->body.len) {
         lua_pushboolean(L, 1);

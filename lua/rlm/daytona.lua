@@ -236,7 +236,10 @@ end
 --- Deletes a sandbox; with opts.wait, waits until it is gone. A sandbox already gone is fine.
 function Client:delete_sandbox(id, opts)
   opts = opts or {}
-  local ok, err = self:request{method = "DELETE", path = {"sandbox", sandbox_id(id)}}
+  -- A sandbox still being created or started answers 409 until it can go: wait for that.
+  local ok, err = self:request{method = "DELETE", path = {"sandbox", sandbox_id(id)},
+                               retry_conflict = true, retries = 60,
+                               deadline = math.max(self.deadline, 60)}
   if not ok and err.status ~= 404 then return nil, err end
   if opts.wait then return self:wait_sandbox(id, {"destroyed"}, opts.timeout) end
   return ok or {id = sandbox_id(id), state = "destroyed"}

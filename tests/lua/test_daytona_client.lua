@@ -157,6 +157,35 @@ tests["toolbox: sessions, async commands, input and logs"] = function()
   T.eq(err.status, 404)
 end
 
+tests["toolbox: command logs are JSON for our SDK version and plain text without it"] = function()
+  local s = standin()
+  local c = s.client
+  local id = assert(c:create_sandbox{}).id
+  local tb = assert(c:toolbox(id))
+  assert(tb:create_session("s1"))
+  local started = assert(tb:session_exec{session = "s1", async = true, command = "echo out; echo err >&2"})
+  for _ = 1, 100 do
+    if assert(tb:command("s1", started.cmdId)).exitCode then break end
+    async.sleep(0.02)
+  end
+  -- What the daemon answers a client that does not say its SDK version, or an old one.
+  local url = ("%s/toolbox/%s/process/session/s1/command/%s/logs"):format(s.url, id, started.cmdId)
+  for _, version in ipairs{false, "0.166.0", "0.218.0"} do
+    local headers = {"Authorization: Bearer " .. KEY}
+    if version then headers[#headers + 1] = "X-Daytona-SDK-Version: " .. version end
+    local res = assert(http.request{url = url, headers = headers})
+    local json_answer = version == "0.218.0"
+    T.contains(res.headers["content-type"], json_answer and "application/json" or "text/plain",
+               tostring(version))
+  end
+  -- rlm says its version, so it gets stdout and stderr apart...
+  local logs = assert(tb:logs("s1", started.cmdId))
+  T.eq({logs.stdout, logs.stderr}, {"out\n", "err\n"})
+  -- ...and still reads a plain-text answer (a daemon that ignores the version) as text.
+  control(s, "POST", "faults", {method = "GET", suffix = "/logs", text = "out\nerr\n"})
+  T.eq(assert(tb:logs("s1", started.cmdId)), "out\nerr\n")
+end
+
 tests["toolbox: binary upload and download in multipart, a missing file, file operations"] = function()
   local c = standin().client
   local tb = assert(c:toolbox(assert(c:create_sandbox{})))

@@ -35,8 +35,9 @@ local SHARED = {
   "several sandboxes run concurrently from async tasks",
 }
 
-local function control(s, method, path)
-  local res = assert(http.request{url = s.url .. "/_control/" .. path, method = method})
+local function control(s, method, path, body)
+  local res = assert(http.request{url = s.url .. "/_control/" .. path, method = method,
+                                  body = body and json.encode(body)})
   return json.decode(res.body)
 end
 
@@ -439,5 +440,29 @@ tests["rlm daytona-smoke passes against the stand-in, with a repository"] = on_s
   T.contains(broken.stdout, "FAIL at sandbox")
   T.eq(stats(s).sandboxes, {})
 end)
+
+tests["daytona: the driver starts when the daemon answers its logs in plain text"] = function()
+  local s = standin()
+  control(s, "POST", "behaviour", {plain_logs = true})
+  local i <close> = require("rlm").interpreter{backend = "daytona", start_timeout = 10}
+  local out, run = i:execute("SUBMIT(answer=6*7)")
+  T.eq(out, {answer = 42}, tostring(run.error))
+end
+
+tests["daytona: a sandbox interrupted while it starts is deleted once the API lets it go"] = function()
+  local s = standin()
+  -- The API answers DELETE with 409 while the sandbox's state change is pending.
+  control(s, "POST", "behaviour", {settle_seconds = 1.5})
+  local i = rlm.interpreter{backend = "daytona", start_timeout = 0.3}
+  local t0 = sys.now()
+  T.raises(function() i:start() end, "")
+  T.eq(stats(s).sandboxes, {}, "no sandbox left after the failed start")
+  T.truthy(requests(s, "DELETE /api/sandbox/{id}") >= 2, "the delete was refused, then retried")
+  T.truthy(sys.now() - t0 >= 1.2, "it waited for the state change to end")
+  -- The client's own delete waits the same way.
+  local sb = assert(s.client:create_sandbox{wait = false})
+  assert(s.client:delete_sandbox(sb.id))
+  T.eq(stats(s).sandboxes, {})
+end
 
 return tests

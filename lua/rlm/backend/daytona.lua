@@ -474,15 +474,20 @@ function Sandbox:destroy()
   if not client or self.destroyed then return end
   self.destroyed = true
   self.session, self.toolbox = nil, nil
+  -- retry_conflict: a sandbox still being created or started answers 409 until it can go.
   local op = client.core:request{method = "DELETE", base = client.api_url, path = {"sandbox", id},
                                  timeout = DELETE_TIMEOUT, deadline = DELETE_TIMEOUT,
+                                 retry_conflict = true,
                                  retries = client.retries}
   deleting[op] = id
   if not may_wait() then return end
   async.await(op:id(), DELETE_TIMEOUT + 5)
   if not op:done() then return end     -- left to settle()
   local ok, err = finish(op)
-  if not ok then error(("cannot delete Daytona sandbox %s: %s"):format(id, tostring(err)), 0) end
+  if not ok then
+    error(("cannot delete Daytona sandbox %s: %s (it stops by itself when idle; `rlm sandboxes " ..
+           "--prune` deletes it)"):format(id, tostring(err)), 0)
+  end
 end
 
 --- Waits (at most timeout seconds) for deletions started from finalisers; returns how many
