@@ -20,8 +20,8 @@
  *
  * err = {status (nil for transport failures), code, message, retryable, attempts}; tostring(err)
  * is the message. Path segments and query values are percent-escaped here; a query value that is
- * a table is sent as JSON (Daytona's labels filter). Retries: connection failures, 429, 502,
- * 503, 504 on any method; 500, timeouts and broken transfers only on idempotent methods
+ * a table is sent as JSON (Daytona's labels filter). Retries: connection failures and 429 on any
+ * method; 502, 503, 504, 500, timeouts and broken transfers only on idempotent methods
  * (GET/HEAD/PUT/DELETE, or idempotent=true); 409 with retry_conflict=true (a sandbox that is
  * still changing state); exponential backoff with jitter, or Retry-After;
  * all within the deadline (seconds, the whole call) with each attempt capped by timeout. */
@@ -242,8 +242,13 @@ static int retryable(const struct op *o)
         return o->idempotent && idempotent_failure(c->result);
     }
     long s = c->status;
-    if (s == 429 || s == 502 || s == 503 || s == 504)
+    /* 429: the server did not run it, so any method may go again. A gateway's 502/503/504
+     * says nothing of whether the request reached the API: only an idempotent one is repeated
+     * (a second create would make a second sandbox; the caller decides, see create_sandbox). */
+    if (s == 429)
         return 1;
+    if (s == 502 || s == 503 || s == 504)
+        return o->idempotent;
     /* The API refuses to delete a sandbox while it is being created or started (409, "state
      * change in progress": apps/api/src/sandbox/services/sandbox.service.ts, destroy); it can
      * go once that ends. */

@@ -122,6 +122,9 @@ local CREATE_FIELDS = {
   network_block_all = "networkBlockAll", network_allow_list = "networkAllowList",
 }
 
+-- The label of one create call, by which a sandbox made despite a failed answer is found.
+local CREATE_LABEL = "rlm-create"
+
 local function create_body(self, p)
   local body = {env = p.env or {}, target = p.target or self.target}
   copy_fields(body, p, CREATE_FIELDS)
@@ -147,10 +150,34 @@ end
 -- auto_stop_interval, auto_archive_interval, auto_delete_interval (minutes), ephemeral,
 -- volumes = {{volume_id | volume, mount_path, subpath}}, network_block_all,
 -- network_allow_list, public, user, extra (raw fields), timeout (seconds to start, default 60).
+-- Whether a failed create may have made a sandbox all the same: a gateway error or a lost
+-- answer, as opposed to a refusal.
+local function create_outcome_unknown(err)
+  return err.status == nil or err.status == 502 or err.status == 503 or err.status == 504
+end
+
+-- Creates with a label no other create carries, so that after an unclear failure the sandbox
+-- it may have made is found instead of made twice; then tries again, within the deadline.
+function Client:create_once(body)
+  local token = ("%08x%08x"):format(math.random(0, 0xffffffff), math.random(0, 0xffffffff))
+  body.labels = body.labels or {}
+  body.labels[CREATE_LABEL] = token
+  local deadline = sys.now() + self.deadline
+  local wait = 0.25
+  while true do
+    local sb, err = self:request{method = "POST", path = "/sandbox", json = body}
+    if sb or not create_outcome_unknown(err) then return sb, err end
+    local found = self:list_sandboxes{labels = {[CREATE_LABEL] = token}}
+    if found and found[1] then return found[1] end
+    if sys.now() + wait > deadline then return nil, err end
+    async.sleep(wait * (0.5 + math.random() / 2))
+    wait = math.min(wait * 2, 8)
+  end
+end
+
 function Client:create_sandbox(params)
   params = params or {}
-  local sb, err = self:request{method = "POST", path = "/sandbox",
-                               json = create_body(self, params)}
+  local sb, err = self:create_once(create_body(self, params))
   if not sb then return nil, err end
   if params.wait == false or sb.state == "started" then return sb end
   return self:wait_sandbox(sb.id, {"started"}, params.timeout or 60)
@@ -255,7 +282,10 @@ function Client:volume(name, opts)
   local vol, err = self:request{path = path}
   if not vol and err.status == 404 and opts.create then
     vol, err = self:request{method = "POST", path = "/volumes", json = {name = name}}
-    if not vol and err.status == 409 then   -- someone else created it meanwhile
+    -- Someone else created it meanwhile: the API says 400 "already exists"
+    -- (apps/api/src/sandbox/services/volume.service.ts, create); 409 from older ones.
+    if not vol and (err.status == 409 or err.status == 400 and
+                    tostring(err.message):find("already exists", 1, true)) then
       vol, err = self:request{path = path}
     end
   end

@@ -44,6 +44,9 @@ tests["sandboxes: create with env, labels and a volume; get; stop, start; delete
                                      cpu = 2, memory = 4})
   T.eq(sb.state, "started")
   T.eq(sb.env.FOO, "bar")
+  -- rlm-create: the label by which a create whose answer was lost finds what it made
+  T.truthy(sb.labels["rlm-create"]:match("^%x+$"), "the create label")
+  sb.labels["rlm-create"] = nil
   T.eq(sb.labels, {team = "c", ["code-toolbox-language"] = "python"})
   T.eq(sb.autoStopInterval, 30)
   T.eq(sb.autoDeleteInterval, 60)
@@ -281,6 +284,43 @@ tests["two 503s and then success succeeds"] = function()
   T.eq(#list, 0)
   T.eq(count(s, "GET /api/volumes"), 3)
   T.truthy(sys.now() - t0 < 1.5, "backoff stays short")
+end
+
+tests["a create answered 503 after it was made leaves one sandbox, found by its label"] = function()
+  local s = standin()
+  -- The gateway's 503 may come after the API made the sandbox: the stand-in makes it, then
+  -- answers 503 (after=true), twice.
+  control(s, "POST", "faults", {method = "POST", path = "/api/sandbox", status = 503, count = 2,
+                                after = true})
+  local sb = assert(s.client:create_sandbox{})
+  T.eq(count(s, "POST /api/sandbox"), 1, "the POST was not repeated blindly")
+  T.eq(control(s, "GET", "stats").sandboxes, {sb.id}, "one sandbox")
+  -- A 503 before anything was made: the client looks, finds nothing, and creates again.
+  control(s, "POST", "faults", {method = "POST", path = "/api/sandbox", status = 503, count = 1})
+  local second = assert(s.client:create_sandbox{})
+  T.eq(#control(s, "GET", "stats").sandboxes, 2)
+  T.truthy(second.id ~= sb.id)
+end
+
+tests["a POST that is not idempotent is not repeated on 502/503/504"] = function()
+  local s = standin()
+  local sb = assert(s.client:create_sandbox{})
+  local tb = assert(s.client:toolbox(sb))
+  control(s, "POST", "faults", {path = "/toolbox/" .. sb.id .. "/process/execute", status = 502})
+  local r, err = tb:execute{command = "echo once"}
+  T.eq(r, nil)
+  T.eq(err.status, 502)
+  T.eq(count(s, "POST /toolbox/{sid}/process/execute"), 1)
+end
+
+tests["volumes: two creates of one name at once both get the one volume (400 for the loser)"] = function()
+  local c = standin().client
+  local a = async.spawn(function() return c:volume("shared", {create = true}) end)
+  local b = async.spawn(function() return c:volume("shared", {create = true}) end)
+  local va, vb = assert(a:join()), assert(b:join())
+  T.eq(va.id, vb.id)
+  local _, err = c:request{method = "POST", path = "/volumes", json = {name = "shared"}}
+  T.eq(err.status, 400, "a duplicate name is a bad request, as in volume.service.ts")
 end
 
 tests["a 429 with Retry-After: 1 waits about a second, then succeeds"] = function()
