@@ -645,6 +645,12 @@ static void push_body_detail(lua_State *L, const char *body, size_t len)
     }
     int obj = lua_gettop(L);
     int t = lua_getfield(L, obj, "message");
+    if (t != LUA_TSTRING && t != LUA_TTABLE) {
+        /* The daemon's bulk upload lists what failed: {"errors": [...], "files": [...]}
+         * (apps/daemon/pkg/toolbox/fs/upload_files.go). */
+        lua_pop(L, 1);
+        t = lua_getfield(L, obj, "errors");
+    }
     if (t == LUA_TTABLE) {
         luaL_Buffer b;
         int list = lua_gettop(L);

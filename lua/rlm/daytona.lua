@@ -345,12 +345,17 @@ local function command_timeout(self, seconds)
   return self.client.timeout
 end
 
+-- The daemon reads a command's timeout as a whole number of seconds: 60.0 would be refused.
+local function whole_seconds(seconds)
+  return seconds and math.ceil(seconds)
+end
+
 --- Runs a command: {command, cwd, envs (or env), timeout (seconds)} -> {exitCode, result}.
 function Toolbox:execute(p)
   return self:request{method = "POST", path = {"process", "execute"},
                       timeout = command_timeout(self, p.timeout),
                       json = {command = p.command or p[1], cwd = p.cwd, envs = p.envs or p.env,
-                              timeout = p.timeout}}
+                              timeout = whole_seconds(p.timeout)}}
 end
 
 --- Runs code: {code, language (default python), argv, envs, timeout} -> {exitCode, result, ...}.
@@ -359,7 +364,7 @@ function Toolbox:code_run(p)
                       timeout = command_timeout(self, p.timeout),
                       json = {code = p.code or p[1], language = p.language or "python",
                               argv = p.argv and #p.argv > 0 and p.argv or nil,
-                              envs = p.envs or p.env, timeout = p.timeout}}
+                              envs = p.envs or p.env, timeout = whole_seconds(p.timeout)}}
 end
 
 function Toolbox:create_session(session_id)
@@ -397,8 +402,9 @@ end
 
 --- Uploads files in one request: {{path = destination, data = bytes}, ...}.
 function Toolbox:upload(files, opts)
-  local parts = {}
+  local parts, bytes = {}, 0
   for i, f in ipairs(files) do
+    bytes = bytes + #f.data
     local field = "files[" .. (i - 1) .. "]"
     parts[#parts + 1] = {name = field .. ".path", data = f.path}
     parts[#parts + 1] = {name = field .. ".file", data = f.data,
@@ -406,9 +412,11 @@ function Toolbox:upload(files, opts)
                          content_type = "application/octet-stream"}
   end
   if #parts == 0 then return true end
+  -- Two minutes, and a second more per MiB: a big context on a slow link still gets there
+  -- (the official SDK allows 30 minutes, which is also the most this allows).
+  local timeout = opts and opts.timeout or math.min(1800, 120 + bytes // (1 << 20))
   return self:request{method = "POST", path = {"files", "bulk-upload"}, parts = parts,
-                      accept = "*/*", idempotent = true,
-                      timeout = opts and opts.timeout}
+                      accept = "*/*", idempotent = true, timeout = timeout}
 end
 
 --- Downloads files in one request: {path, ...} -> {[path] = data | err}; a file that could not

@@ -208,6 +208,11 @@ tests["toolbox: binary upload and download in multipart, a missing file, file op
   T.contains(tostring(missing), "/home/daytona/missing")
   -- the command sees what was uploaded, byte for byte
   T.eq(assert(tb:execute{command = "wc -c < bin/all.bin"}).result, "256\n")
+  -- A file that cannot be written is named in the daemon's {"errors": [...]} answer.
+  local _, uerr = tb:upload{{path = "/home/daytona/bin", data = "not a directory"},
+                            {path = "/home/daytona/ok.txt", data = "fine"}}
+  T.eq(uerr.status, 400)
+  T.contains(uerr.message, "/home/daytona/bin: create")
 
   local info = assert(tb:file_info("/home/daytona/bin/all.bin"))
   T.eq(info.size, 256)
@@ -217,7 +222,7 @@ tests["toolbox: binary upload and download in multipart, a missing file, file op
   local names = {}
   for _, f in ipairs(assert(tb:list_files("/home/daytona"))) do names[#names + 1] = f.name end
   table.sort(names)
-  T.eq(names, {"bin", "d", "empty"})
+  T.eq(names, {"bin", "d", "empty", "ok.txt"})
   local _, err = tb:delete_file("/home/daytona/d")
   T.eq(err.status, 400)
   assert(tb:delete_file("/home/daytona/d", {recursive = true}))

@@ -13,7 +13,7 @@ import { createInterface } from 'node:readline';
 import {
   Daytona, DaytonaAuthenticationError, DaytonaConflictError, DaytonaFileAccessDeniedError,
   DaytonaFileNotFoundError, DaytonaForbiddenError, DaytonaGitBranchNotFoundError, DaytonaNotFoundError,
-  DaytonaProcessExecutionTimeoutError, DaytonaRateLimitError, DaytonaServiceUnavailableError,
+  DaytonaProcessExecutionTimeoutError, DaytonaRateLimitError, DaytonaServiceUnavailableError, DaytonaValidationError,
   DaytonaTimeoutError,
 } from '@daytonaio/sdk';
 
@@ -254,7 +254,10 @@ describe('official Daytona SDK against the stand-in', () => {
     await sandbox.process.executeCommand('ln -sf /etc/shadow escape');   // a link meaning the *host* file
     await rejectsWith(fs.downloadFile(`${HOME}/escape`), DaytonaForbiddenError, denied);
     await rejectsWith(fs.getFileDetails(`${HOME}/escape`), DaytonaFileAccessDeniedError);
-    await rejectsWith(fs.uploadFile(Buffer.from('x'), '/usr/evil'), DaytonaFileAccessDeniedError);
+    // A file the upload cannot write: the daemon's bulk upload answers 400 and lists it
+    // (apps/daemon/pkg/toolbox/fs/upload_files.go).
+    await rejectsWith(fs.uploadFile(Buffer.from('x'), '/usr/evil'), DaytonaValidationError,
+                      (e) => e.message.includes('/usr/evil'));
   });
 
   it('shares real files between the files API and commands', async () => {

@@ -58,7 +58,9 @@ local function sh_quote(s)
   return "'" .. s:gsub("'", "'\\''") .. "'"
 end
 
--- `sh -c '...'`: Daytona's daemon splits a command itself and runs no shell of its own.
+-- `sh -c '...'`: the daemon feeds a command to its shell's stdin (apps/daemon/pkg/toolbox/process/
+-- execute.go); daemons before 2026-03 split it into argv with no shell. Quoting the script as
+-- one `sh -c` argument means the same on both.
 local function shell_command(script)
   return "sh -c " .. sh_quote(script)
 end
@@ -227,7 +229,7 @@ function M.create(opts)
     timed(steps, "upload", function()
       local files = {{path = DRIVER, data = source}}
       table.move(context, 1, #context, 2, files)
-      local up, why = tb:upload(files, {timeout = 120})
+      local up, why = tb:upload(files)
       if not up then fail("cannot upload the driver and context_paths", why) end
     end)
     if opts.repo_url then
@@ -304,7 +306,7 @@ function Sandbox:client_command(line)
   if #line <= INLINE_REQUEST then
     return ("%s %s --client %s --request-b64 %s"):format(PYTHON, DRIVER, self.socket, base64(line))
   end
-  local ok, err = self.toolbox:upload({{path = REQUEST_FILE, data = line}}, {timeout = 120})
+  local ok, err = self.toolbox:upload({{path = REQUEST_FILE, data = line}})
   if not ok then return nil, "cannot upload the request: " .. tostring(err) end
   return ("%s %s --client %s --request-file %s"):format(PYTHON, DRIVER, self.socket, REQUEST_FILE)
 end
@@ -384,7 +386,7 @@ end
 function Sandbox:upload(path, data)
   local p, err = sandbox_path(path)
   if not p then return nil, err end
-  local ok, why = self.toolbox:upload({{path = p, data = data}}, {timeout = 120})
+  local ok, why = self.toolbox:upload({{path = p, data = data}})
   if not ok then return nil, file_error(p, why) end
   return true
 end
