@@ -20,7 +20,7 @@
  *
  * err = {status (nil for transport failures), code, message, retryable, attempts}; tostring(err)
  * is the message. Path segments and query values are percent-escaped here; a query value that is
- * a table is sent as JSON (Daytona's labels filter). Retries: connection failures and 429 on any
+ * a list repeats its key (the states filter), one that is a map is sent as JSON (labels). Retries: connection failures and 429 on any
  * method; 502, 503, 504, 500, timeouts and broken transfers only on idempotent methods
  * (GET/HEAD/PUT/DELETE, or idempotent=true); 409 with retry_conflict=true (a sandbox that is
  * still changing state); exponential backoff with jitter, or Retry-After;
@@ -398,15 +398,27 @@ static void add_query(lua_State *L, struct op *o, int req)
     lua_pushvalue(L, q + 1);
     lua_call(L, 1, 0);
     lua_pop(L, 1);
+    int first = 1;
     for (int i = 1; i <= n; i++) {
         size_t klen;
         lua_rawgeti(L, q + 1, i);                        // [query, keys, key]
         const char *k = lua_tolstring(L, -1, &klen);
-        oom(L, buf_add(&o->url, i == 1 ? "?" : "&", 1) || dw_escape(&o->url, k, klen) ||
-                   buf_add(&o->url, "=", 1));
-        lua_gettable(L, q);                              // [query, keys, value]
-        add_query_value(L, o, -1);
-        lua_pop(L, 1);
+        lua_pushvalue(L, -1);
+        lua_gettable(L, q);                              // [query, keys, key, value]
+        /* A list goes out as the key repeated (states=a&states=b), which is how the API reads
+         * an array parameter; a map (labels) goes out as JSON. */
+        lua_Integer items = lua_istable(L, -1) ? (lua_Integer)lua_rawlen(L, -1) : 0;
+        for (lua_Integer j = items ? 1 : 0; j <= items; j++) {
+            oom(L, buf_add(&o->url, first ? "?" : "&", 1) || dw_escape(&o->url, k, klen) ||
+                       buf_add(&o->url, "=", 1));
+            first = 0;
+            if (items)
+                lua_rawgeti(L, -1, j);
+            add_query_value(L, o, -1);
+            if (items)
+                lua_pop(L, 1);
+        }
+        lua_pop(L, 2);
     }
     lua_pop(L, 2);
 }

@@ -328,6 +328,26 @@ tests["volumes: two creates of one name at once both get the one volume (400 for
   T.eq(err.status, 400, "a duplicate name is a bad request, as in volume.service.ts")
 end
 
+tests["the states filter goes out as the key repeated, as the API reads an array"] = function()
+  local s = standin()
+  local c = s.client
+  local a = assert(c:create_sandbox{})
+  local b = assert(c:create_sandbox{})
+  assert(c:stop_sandbox(b))
+  local function ids(list)
+    local out = {}
+    for _, x in ipairs(list) do out[#out + 1] = x.id end
+    table.sort(out)
+    return out
+  end
+  local both = {a.id, b.id}
+  table.sort(both)
+  T.eq(ids(assert(c:list_sandboxes{states = {"started", "stopped"}})), both)
+  T.eq(ids(assert(c:list_sandboxes{states = {"stopped"}})), {b.id})
+  local _, err = c:list_sandboxes{states = "started,stopped"}
+  T.eq(err.status, 400, "a comma-joined list is one unknown state to the API")
+end
+
 tests["a 429 with Retry-After: 1 waits about a second, then succeeds"] = function()
   local s = standin()
   local sb = assert(s.client:create_sandbox{})
