@@ -465,4 +465,30 @@ tests["daytona: a sandbox interrupted while it starts is deleted once the API le
   T.eq(stats(s).sandboxes, {})
 end
 
+tests["daytona: os.exit and SIGHUP leave no sandbox behind"] = function()
+  local s = standin()
+  for _, way in ipairs{"os.exit(3)", "SIGHUP", "SIGQUIT"} do
+    local tail = way == "os.exit(3)" and way or 'i:execute("import time\\ntime.sleep(100)")'
+    local created = requests(s, "POST /api/sandbox")
+    local proc = assert(sys.spawn{argv = {T.rlm, "-e", [[
+local i = require("rlm").interpreter{backend = "daytona"}
+i:start()
+print("started")
+io.stdout:flush()
+]] .. tail}, env = host_env(s), stdin = "null", stderr = "pipe"})
+    T.defer(function() proc:close() end)
+    T.eq(sys.read_line(proc, 30), "started", way)
+    if way ~= "os.exit(3)" then   -- (os.exit may already have run)
+      T.eq(#stats(s).sandboxes, 1, way .. ": the sandbox exists")
+      sys.sleep(0.3)
+      proc:kill(way == "SIGHUP" and 1 or 3)
+    end
+    local how, code = sys.wait(proc, 30)
+    T.eq(how, "exit", way)
+    T.eq(code, way == "os.exit(3)" and 3 or way == "SIGHUP" and 129 or 131, way)
+    T.eq(requests(s, "POST /api/sandbox"), created + 1, way .. ": one sandbox was made")
+    T.eq(stats(s).sandboxes, {}, way .. ": nothing left on Daytona")
+  end
+end
+
 return tests
