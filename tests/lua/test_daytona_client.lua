@@ -11,8 +11,8 @@ local tests = {}
 
 local KEY = "sk-test-5ecret-do-not-print"
 
-local function standin()
-  local s = T.server{"tests/standins/daytona", "--api-key", KEY}
+local function standin(...)
+  local s = T.server{"tests/standins/daytona", "--api-key", KEY, ...}
   s.client = daytona.client{api_key = KEY, api_url = s.url .. "/api", env = function() end}
   return s
 end
@@ -230,9 +230,11 @@ tests["toolbox: binary upload and download in multipart, a missing file, file op
   T.eq(err.code, "FILE_NOT_FOUND")
 end
 
-tests["toolbox: git clone of a branch and a commit"] = function()
-  local c = standin().client
-  local repo = T.tmpdir() .. "/repo"
+tests["toolbox: git clone of a branch and a commit from a git host; never a path of this machine"] = function()
+  local hosted = T.tmpdir()
+  local c = standin("--git-root", hosted).client
+  local repo = hosted .. "/repo"
+  local url = "https://git.rlm.test/team/repo.git"
   local script = table.concat({
     "set -e", "git init -q -b main " .. repo, "cd " .. repo,
     "git -c user.name=t -c user.email=t@t commit -q --allow-empty -m one",
@@ -243,13 +245,16 @@ tests["toolbox: git clone of a branch and a commit"] = function()
   T.eq(res.code, 0, "git setup: " .. res.stderr)
   local first = res.stdout:gsub("%s+$", "")
   local tb = assert(c:toolbox(assert(c:create_sandbox{})))
-  assert(tb:git_clone{url = "file://" .. repo, path = "/home/daytona/r", branch = "main"})
+  assert(tb:git_clone{url = url, path = "/home/daytona/r", branch = "main"})
   T.eq(assert(tb:execute{command = "cat r/f"}).result, "two\n")
-  assert(tb:git_clone{url = "file://" .. repo, path = "/home/daytona/old", commit_id = first})
+  T.eq(assert(tb:execute{command = "git -C r remote get-url origin"}).result, url .. "\n")
+  assert(tb:git_clone{url = url, path = "/home/daytona/old", commit_id = first})
   T.eq(assert(tb:execute{command = "git -C old rev-parse HEAD"}).result, first .. "\n")
-  local _, err = tb:git_clone{url = "file:///nonexistent/repo", path = "/home/daytona/x"}
-  T.truthy(err, "a missing repository fails")
-  T.truthy(err.status >= 400, "with an HTTP error status")
+  -- The daemon's git runs in the sandbox: this machine's paths are not there.
+  for _, host in ipairs{repo, "file://" .. repo} do
+    local _, err = tb:git_clone{url = host, path = "/home/daytona/x"}
+    T.truthy(err and err.status >= 400, host .. " must not be reachable from the sandbox")
+  end
 end
 
 tests["401 fails after one request and says to check DAYTONA_API_KEY, without the key"] = function()
@@ -466,6 +471,39 @@ tests["path segments are escaped; the key is scrubbed from messages wherever it 
   _, err = c:request{path = {"leak", KEY}}
   T.contains(err.message, "/leak/[redacted]")
   T.truthy(not err.message:find(KEY, 1, true), "the key is scrubbed")
+end
+
+tests["sandboxes: a stopped sandbox refuses the toolbox; a deleted one is destroying, then gone"] =
+function()
+  local s = standin()
+  local c = s.client
+  local sb = assert(c:create_sandbox{name = "keep-me"})
+  local tb = assert(c:toolbox(sb))
+  assert(c:stop_sandbox(sb.id))
+  -- The runner's proxy finds no container IP for a stopped sandbox.
+  local res, err = tb:execute{command = "true"}
+  T.eq(res, nil)
+  T.eq(err.status, 400)
+  T.contains(tostring(err), "Is the Sandbox started?")
+  assert(c:start_sandbox(sb.id))
+  T.eq(assert(tb:execute{command = "echo up"}).result, "up\n")
+
+  control(s, "POST", "behaviour", {destroy_seconds = 0.8})
+  local t0 = sys.now()
+  T.eq(assert(c:delete_sandbox(sb.id)).desiredState, "destroyed")
+  local seen = assert(c:get_sandbox(sb.id))
+  T.eq(seen.state, "destroying")
+  T.truthy(seen.name:match("^DESTROYED_keep%-me_%d+$"), "the name is freed: " .. seen.name)
+  -- the name can be taken again at once
+  local again = assert(c:create_sandbox{name = "keep-me"})
+  _, err = tb:execute{command = "true"}
+  T.eq(err.status, 404)
+  -- a second delete meets 409 until the destruction settles, then 404: both are success
+  assert(c:delete_sandbox(sb.id))
+  T.truthy(sys.now() - t0 >= 0.7, "the second delete waited for the first")
+  T.truthy(count(s, "DELETE /api/sandbox/{id}") >= 3, "409 answers were retried")
+  T.eq(select(2, c:get_sandbox(sb.id)).status, 404)
+  assert(c:delete_sandbox(again.id, {wait = true}))
 end
 
 return tests

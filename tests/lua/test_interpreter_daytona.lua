@@ -397,8 +397,14 @@ tests["rlm sandboxes lists ours; --prune deletes leftovers of dead owners; --all
     local want = {alive, remote, foreign}
     table.sort(want)
     T.eq(live, want, "only the dead owner's sandbox went")
+    -- one already being destroyed is shown as such and not deleted again
+    control(s, "POST", "behaviour", {destroy_seconds = 5})
+    assert(c:delete_sandbox(remote))
+    local deletes = requests(s, "DELETE /api/sandbox/{id}")
     r = T.run_rlm({"sandboxes", "--prune", "--all"}, {env = env})
     T.eq(r.code, 0, r.stderr)
+    T.contains(r.stdout, "being deleted")
+    T.eq(requests(s, "DELETE /api/sandbox/{id}") - deletes, 1, "only the live one is deleted")
     T.eq(stats(s).sandboxes, {foreign}, "every one of ours, never another's")
     assert(c:delete_sandbox(foreign))
     T.eq(T.run_rlm({"sandboxes", "--all"}, {env = env}).code, 2)
@@ -490,5 +496,18 @@ io.stdout:flush()
     T.eq(stats(s).sandboxes, {}, way .. ": nothing left on Daytona")
   end
 end
+
+tests["daytona: a sandbox stopped from outside is started again and the run goes on"] =
+  on_standin(function(s)
+    local i = interp{}
+    i:execute("x = 1")
+    assert(s.client:stop_sandbox(i.sandbox.id))
+    local out, run = i:execute("SUBMIT(answer='x' in globals())")
+    T.truthy(run.state_lost, "the variables went with the stopped sandbox")
+    T.eq(run.error ~= nil or out == nil, true, "the code in flight is reported as lost")
+    out, run = i:execute("SUBMIT(answer=6*7)")
+    T.eq(out, {answer = 42}, tostring(run.error))
+    T.eq(assert(s.client:get_sandbox(i.sandbox.id)).state, "started")
+  end)
 
 return tests

@@ -11,7 +11,7 @@ import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
 import {
-  Daytona, DaytonaAuthenticationError, DaytonaConflictError, DaytonaFileAccessDeniedError,
+  Daytona, DaytonaAuthenticationError, DaytonaFileAccessDeniedError,
   DaytonaFileNotFoundError, DaytonaForbiddenError, DaytonaGitBranchNotFoundError, DaytonaNotFoundError,
   DaytonaProcessExecutionTimeoutError, DaytonaRateLimitError, DaytonaServiceUnavailableError, DaytonaValidationError,
   DaytonaTimeoutError,
@@ -28,10 +28,11 @@ let base;          // http://127.0.0.1:P
 let daytona;
 let volume;
 let sandbox;       // the main sandbox, created with the volume mounted
-let scratch;       // host temp dir for the git fixture
+let scratch;       // host temp dir; scratch/git is the stand-in's git host (--git-root)
 
 async function startServer() {
-  server = spawn('/usr/bin/python3', [STANDIN, '--port', '0', '--api-key', API_KEY],
+  server = spawn('/usr/bin/python3', [STANDIN, '--port', '0', '--api-key', API_KEY,
+                                      '--git-root', join(scratch, 'git')],
     { stdio: ['ignore', 'pipe', 'inherit'] });
   const lines = createInterface({ input: server.stdout });
   const ready = await new Promise((resolve, reject) => {
@@ -72,9 +73,9 @@ function git(cwd, ...args) {
 
 describe('official Daytona SDK against the stand-in', () => {
   before(async () => {
+    scratch = mkdtempSync(join(tmpdir(), 'daytona-fidelity-'));
     base = await startServer();
     daytona = new Daytona({ apiKey: API_KEY, apiUrl: `${base}/api` });
-    scratch = mkdtempSync(join(tmpdir(), 'daytona-fidelity-'));
   });
 
   after(async () => {
@@ -268,8 +269,9 @@ describe('official Daytona SDK against the stand-in', () => {
     assert.equal(r.result, 'made-by-upload');
   });
 
-  it('clones a local git repository, honouring branch and commit', async () => {
-    const repo = join(scratch, 'repo');
+  it('clones from a git host, honouring branch and commit; not from a path of this machine', async () => {
+    const repo = join(scratch, 'git', 'repo');
+    const url = 'https://git.rlm.test/team/repo.git';
     execFileSync('git', ['init', '-q', '-b', 'main', repo]);
     writeFileSync(join(repo, 'a.txt'), 'first\n');
     git(repo, 'add', '.');
@@ -283,16 +285,19 @@ describe('official Daytona SDK against the stand-in', () => {
     git(repo, 'commit', '-qm', 'feature');
     git(repo, 'checkout', '-q', 'main');
 
-    await sandbox.git.clone(repo, 'clone-main');
+    await sandbox.git.clone(url, 'clone-main');
     assert.equal((await sandbox.fs.downloadFile(`${HOME}/clone-main/a.txt`)).toString(), 'second\n');
     const origin = await sandbox.process.executeCommand('git -C clone-main remote get-url origin');
-    assert.equal(origin.result.trim(), repo);
-    await sandbox.git.clone(`file://${repo}`, `${HOME}/clone-feature`, 'feature');
+    assert.equal(origin.result.trim(), url);
+    await sandbox.git.clone(url, `${HOME}/clone-feature`, 'feature');
     assert.equal((await sandbox.fs.downloadFile(`${HOME}/clone-feature/b.txt`)).toString(), 'feature\n');
-    await sandbox.git.clone(repo, 'clone-first', undefined, first);
+    await sandbox.git.clone(url, 'clone-first', undefined, first);
     const head = await sandbox.process.executeCommand("git -c safe.directory='*' -C clone-first rev-parse HEAD");
     assert.equal(head.result.trim(), first);
-    await rejectsWith(sandbox.git.clone(repo, 'clone-bad', 'no-such-branch'), DaytonaGitBranchNotFoundError);
+    await rejectsWith(sandbox.git.clone(url, 'clone-bad', 'no-such-branch'), DaytonaGitBranchNotFoundError);
+    // The daemon's git runs inside the sandbox, which cannot see this machine's disk.
+    await assert.rejects(sandbox.git.clone(repo, 'clone-host-path'));
+    await assert.rejects(sandbox.git.clone(`file://${repo}`, 'clone-host-url'));
   });
 
   it('keeps volume data after the sandbox is deleted and shows it in a new sandbox', async () => {
@@ -325,13 +330,11 @@ describe('official Daytona SDK against the stand-in', () => {
     await other.delete();
   });
 
-  it('stops (killing its processes) and starts a sandbox', async () => {
-    await sandbox.process.createSession('bg');
-    const bg = await sandbox.process.executeSessionCommand('bg', { command: 'sleep 300', runAsync: true });
+  it('stops and starts a sandbox; a stopped one refuses the toolbox as the runner does', async () => {
     await sandbox.stop();
     assert.equal(sandbox.state, 'stopped');
-    assert.notEqual((await sandbox.process.getSessionCommand('bg', bg.cmdId)).exitCode, undefined);
-    await rejectsWith(sandbox.process.executeCommand('true'), DaytonaConflictError);
+    await rejectsWith(sandbox.process.executeCommand('true'), DaytonaValidationError,
+      (e) => /Is the Sandbox started\?/.test(e.message));
     await sandbox.start();
     assert.equal(sandbox.state, 'started');
     assert.equal((await sandbox.process.executeCommand(`cat ${MEM}/note.txt`)).result, 'remembered\n');

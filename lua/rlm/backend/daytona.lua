@@ -166,6 +166,66 @@ local function fail(what, err)
   error(what .. ": " .. tostring(err), 0)
 end
 
+-- Runs argv on this machine; its stdout, or raises with what went wrong.
+local function host_run(argv, what)
+  local r, err = sys.run(argv, {timeout = 600})
+  if not r then error(what .. ": " .. err, 0) end
+  if r.status ~= "exit" or r.code ~= 0 then
+    error(("%s: %s"):format(what, (r.stderr ~= "" and r.stderr or r.stdout):gsub("%s+$", "")), 0)
+  end
+  return r.stdout
+end
+
+-- A repository on this machine (a path or a file:// URL), packed for a sandbox that cannot see
+-- this machine's disk: a git repository as a bundle of all its refs, a plain folder as a tar
+-- archive. Returns the bytes and the kind ("bundle" or "tar").
+local function pack_local_repo(url, ref)
+  local path = url:gsub("^file://", "")
+  local st = sys.stat(path)
+  if not st or st.type ~= "dir" then
+    error(("git clone %s failed: no such folder on this machine"):format(url), 0)
+  end
+  local dir = assert(sys.mkdtemp("rlm-repo"))
+  local packed <close> = setmetatable({}, {__close = function() sys.remove(dir, true) end})
+  if not sys.stat(path .. "/.git") and not sys.stat(path .. "/HEAD") then
+    if ref then error(("repo_ref needs a git repository, and %s is a plain folder"):format(path), 0) end
+    host_run({"tar", "-C", path, "-czf", dir .. "/repo.tar.gz", "."}, "cannot pack " .. path)
+    return assert(sys.read_file(dir .. "/repo.tar.gz")), "tar"
+  end
+  host_run({"git", "-C", path, "bundle", "create", "--quiet", dir .. "/repo.bundle", "--all"},
+           "cannot bundle the repository " .. path)
+  return assert(sys.read_file(dir .. "/repo.bundle")), "bundle"
+end
+
+-- The shell script, run inside, that unpacks a local repository at workspace/repo.
+local function unpack_script(kind, file, ref)
+  local dest = WORKSPACE .. "/repo"
+  if kind == "tar" then
+    return ("mkdir -p %s && tar -C %s -xzf %s && rm -f %s"):format(
+      sh_quote(dest), sh_quote(dest), sh_quote(file), sh_quote(file))
+  end
+  local script = ("git clone --quiet %s %s"):format(sh_quote(file), sh_quote(dest))
+  if ref then
+    script = script .. (" && git -C %s -c advice.detachedHead=false checkout --quiet %s --")
+                       :format(sh_quote(dest), sh_quote(ref))
+  end
+  return script .. " && rm -f " .. sh_quote(file)
+end
+
+-- Stages a local repository: packed here, uploaded, unpacked inside (repo_ref checked out).
+local function stage_local_repo(tb, url, ref)
+  local data, kind = pack_local_repo(url, ref)
+  local file = RLM_DIR .. "/repo." .. kind
+  local up, why = tb:upload({{path = file, data = data}})
+  if not up then fail("cannot upload the repository " .. url, why) end
+  local res, err = tb:execute{command = shell_command(unpack_script(kind, file, ref)), timeout = 600}
+  if not res then fail("cannot unpack the repository " .. url, err) end
+  if res.exitCode ~= 0 then
+    error(("cannot stage the repository %s in the sandbox: %s"):format(
+      url, (res.result or ""):gsub("%s+$", "")), 0)
+  end
+end
+
 -- Times each step of create() for `rlm daytona-smoke`.
 local function timed(steps, name, fn)
   local t0 = sys.now()
@@ -234,6 +294,10 @@ function M.create(opts)
     end)
     if opts.repo_url then
       timed(steps, "clone", function()
+        -- The daemon clones a remote URL itself; it cannot see a path on this machine.
+        if not is_remote(opts.repo_url) then
+          return stage_local_repo(tb, opts.repo_url, opts.repo_ref)
+        end
         local cloned, why = tb:git_clone(clone_request(opts.repo_url, opts.repo_ref))
         if not cloned then fail("git clone " .. opts.repo_url .. " failed", why) end
       end)
@@ -248,8 +312,25 @@ end
 
 -- ---------- the driver ----------
 
+-- A sandbox stopped behind our back (idle past auto-stop, or from the dashboard) refuses every
+-- toolbox call; after a driver death, start it again so the run goes on with fresh state.
+function Sandbox:ensure_started()
+  local sb, err = self.client:get_sandbox(self.id)
+  if not sb then fail("cannot read the Daytona sandbox's state", err) end
+  if sb.state == "started" then return end
+  if sb.state == "destroying" or sb.state == "destroyed" or sb.desiredState == "destroyed" then
+    error(("the Daytona sandbox %s was deleted from outside this run"):format(self.id), 0)
+  end
+  local started, why = self.client:start_sandbox(self.id, self.opts.start_timeout or 120)
+  if not started then
+    fail(("the Daytona sandbox %s was %s and could not be started again"):format(
+      self.id, tostring(sb.state)), why)
+  end
+end
+
 function Sandbox:start_driver()
   if self.session then return true end
+  if self.starts > 0 then self:ensure_started() end
   self.starts = self.starts + 1
   local session = ("rlm-driver-%d"):format(self.starts)
   local socket = ("%s/driver-%d.sock"):format(RLM_DIR, self.starts)

@@ -41,10 +41,12 @@ function M.main(argv)
   print(("%-36s  %-10s  %-30s  %-24s  %s"):format("ID", "STATE", "OWNER", "CREATED", "OWNER IS"))
   for _, sb in ipairs(items) do
     local owner = (sb.labels or {})[backend.OWNER_LABEL]
-    local status = M.owner_status(owner, hostname)
+    -- A deleted sandbox stays listed while Daytona destroys it; it needs nothing more.
+    local going = sb.desiredState == "destroyed"
+    local status = going and "being deleted" or M.owner_status(owner, hostname)
     print(("%-36s  %-10s  %-30s  %-24s  %s"):format(sb.id, tostring(sb.state), tostring(owner or "-"),
       tostring(sb.createdAt or "-"), status))
-    if opts.prune and (opts.all or status == "gone") then doomed[#doomed + 1] = sb.id end
+    if opts.prune and not going and (opts.all or status == "gone") then doomed[#doomed + 1] = sb.id end
   end
   if not opts.prune then
     print(("%d sandboxes labelled rlm=1"):format(#items))
