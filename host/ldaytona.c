@@ -43,7 +43,8 @@
 /* The official SDK release whose wire format rlm speaks (tests/sdk pins the same one). The
  * daemon shapes some answers by it: without it, command logs come as plain text rather than
  * JSON with stdout and stderr apart (apps/daemon/pkg/session/common.go, SkipServerDemux). */
-#define SDK_VERSION_HEADER "X-Daytona-SDK-Version: 0.218.0"
+#define SDK_VERSION "0.218.0"
+#define SDK_VERSION_HEADER "X-Daytona-SDK-Version: " SDK_VERSION
 #define OP "rlm.daytona.op"
 #define ERROR "rlm.daytona.error"
 
@@ -953,5 +954,7 @@ int luaopen_rlm_core_daytona(lua_State *L)
     lua_setfield(L, -2, "__tostring");
     lua_pop(L, 1);
     luaL_newlib(L, daytona_funcs);
+    lua_pushliteral(L, SDK_VERSION);
+    lua_setfield(L, -2, "sdk_version");
     return 1;
 }

@@ -21,6 +21,7 @@ local M = {}
 
 M.DEFAULT_API_URL = "https://app.daytona.io/api"
 M.is_error = core.is_error
+M.SDK_VERSION = core.sdk_version   -- the wire format rlm speaks, sent with every request
 
 local Client = {}
 Client.__index = Client
@@ -317,6 +318,11 @@ function Client:delete_volume(id)
   return self:request{method = "DELETE", path = {"volumes", type(id) == "table" and id.id or id}}
 end
 
+--- The API's public configuration: {version, defaultSnapshot, ...}.
+function Client:config()
+  return self:request{path = {"config"}}
+end
+
 -- ---------- toolbox ----------
 
 --- The toolbox (process, files, git) of a sandbox, given its table or id. Its calls go to the
@@ -365,6 +371,11 @@ function Toolbox:code_run(p)
                       json = {code = p.code or p[1], language = p.language or "python",
                               argv = p.argv and #p.argv > 0 and p.argv or nil,
                               envs = p.envs or p.env, timeout = whole_seconds(p.timeout)}}
+end
+
+--- {version} of the sandbox's daemon.
+function Toolbox:version()
+  return self:request{path = {"version"}}
 end
 
 function Toolbox:create_session(session_id)

@@ -39,6 +39,34 @@ local function check(cond, message)
   if not cond then error(message, 0) end
 end
 
+-- Runs git on this machine; its stdout, or raises.
+local function git(dir, ...)
+  local r = assert(sys.run({"git", "-C", dir, "-c", "user.name=rlm", "-c", "user.email=rlm@localhost",
+                            "-c", "commit.gpgsign=false", ...}, {timeout = 60}))
+  check(r.status == "exit" and r.code == 0, "git " .. table.concat({...}, " ") .. ": " .. r.stderr)
+  return r.stdout
+end
+
+-- Without --repo: a two-commit repository made here, staged at its first tag, which exercises
+-- what a cloud sandbox cannot do by itself (see a path on this machine) and the ref.
+local function local_repo()
+  local dir = assert(sys.mkdtemp("rlm-smoke-repo"))
+  local ok, err = pcall(function()
+    git(dir, "init", "--quiet")
+    for _, v in ipairs{"v1", "v2"} do
+      assert(sys.write_file(dir .. "/VERSION", v .. "\n"))
+      git(dir, "add", "VERSION")
+      git(dir, "commit", "--quiet", "-m", v)
+      git(dir, "tag", v)
+    end
+  end)
+  if not ok then
+    sys.remove(dir, true)
+    return nil, err
+  end
+  return dir
+end
+
 local function smoke()
   local client
   step("credentials", function()
@@ -46,13 +74,26 @@ local function smoke()
     local ours = assert(client:list_sandboxes{labels = {rlm = "1"}})
     return ("%s accepts the key (%d sandboxes labelled rlm=1)"):format(client.api_url, #ours)
   end)
+  step("api version", function()
+    local cfg = assert(client:config())
+    return ("Daytona %s; rlm speaks the wire format of SDK %s"):format(
+      tostring(cfg.version or "(not given)"), daytona.SDK_VERSION)
+  end)
   step("volume", function()
     local vol = assert(client:volume(VOLUME, {create = true, wait = true}))
     return ("%s is %s"):format(VOLUME, vol.state)
   end)
 
+  local repo, ref, made = params.repo, params.ref, nil
+  if not repo then
+    made = local_repo()
+    repo, ref = made, made and "v1"
+  end
+  local cleanup <close> = setmetatable({}, {__close = function()
+    if made then sys.remove(made, true) end
+  end})
   local interp <close> = rlm.interpreter{backend = "daytona", volume_name = VOLUME, timeout = 600,
-                                        repo_url = params.repo, repo_ref = params.ref}
+                                        repo_url = repo, repo_ref = ref}
   local id
   step("sandbox", function()
     interp:start()
@@ -64,14 +105,29 @@ local function smoke()
     end
     return ("%s (%s, then the driver)"):format(id, table.concat(parts, ", "))
   end)
-  if params.repo then
+  step("daemon", function()
+    local sb = interp.sandbox
+    local v = assert(sb.toolbox:version())
+    -- The daemon shapes command logs by the SDK version we send: JSON with stdout and stderr
+    -- apart, or plain text from an older daemon (both are read).
+    local logs = assert(sb.toolbox:logs(sb.session, sb.command_id))
+    return ("daemon %s; command logs as %s"):format(tostring(v.version),
+      type(logs) == "table" and "JSON (stdout and stderr apart)" or "plain text (an older daemon)")
+  end)
+  if repo then
     step("repo", function()
       local out, run = interp:execute([[
 import os
-names = sorted(os.listdir("/home/daytona/workspace/repo"))
-SUBMIT(n=len(names), first=names[:5])
+root = "/home/daytona/workspace/repo"
+names = sorted(os.listdir(root))
+version = open(os.path.join(root, "VERSION")).read().strip() if "VERSION" in names else None
+SUBMIT(n=len(names), first=names[:5], version=version)
 ]])
       check(out, "cannot see the repository: " .. tostring(run.error))
+      if made then
+        check(out.version == "v1", "the repository is not at ref v1: VERSION is " .. tostring(out.version))
+        return "a repository on this machine, staged at ref v1"
+      end
       return ("%d entries in workspace/repo (%s)"):format(out.n, table.concat(out.first, ", "))
     end)
   end
@@ -96,6 +152,18 @@ with open(path, "w") as f:
     local data, err = interp:download(path)
     check(data == token, "read back " .. tostring(data or err) .. " instead of " .. token)
     return "the token came back through the file API"
+  end)
+  step("stop, start", function()
+    -- A sandbox stopped outside the run (auto-stop, the dashboard) refuses the toolbox; the
+    -- interpreter starts it again and says the variables were lost.
+    assert(client:stop_sandbox(id))
+    local refused = select(2, interp.sandbox.toolbox:execute{command = "true"})
+    check(refused, "a stopped sandbox still ran a command")
+    local out, run = interp:execute("SUBMIT(answer=6*7)")
+    if not out then out, run = interp:execute("SUBMIT(answer=6*7)") end
+    check(out and out.answer == 42, "no answer after the restart: " .. tostring(run.error))
+    return ("stopped sandbox refused (%s); started again"):format(
+      tostring(refused.status or refused.code or "error"))
   end)
   step("delete", function()
     interp:shutdown()

@@ -424,12 +424,12 @@ tests["rlm daytona-smoke passes against the stand-in, with a repository"] = on_s
   end
   local r = T.run_rlm({"daytona-smoke", "--repo", repo}, {env = host_env(s)})
   T.eq(r.code, 0, r.stdout .. r.stderr)
-  for _, step in ipairs{"credentials", "volume", "sandbox", "repo", "execute", "volume write",
-                        "volume read", "delete"} do
+  for _, step in ipairs{"credentials", "api version", "volume", "sandbox", "daemon", "repo",
+                        "execute", "volume write", "volume read", "stop, start", "delete"} do
     T.truthy(r.stdout:find("\n  " .. step .. " +%d+ ms"), "step " .. step .. " in\n" .. r.stdout)
   end
   T.contains(r.stdout, "README.md")
-  T.contains(r.stdout, "daytona-smoke: PASS (8 steps")
+  T.contains(r.stdout, "daytona-smoke: PASS (11 steps")
   T.truthy(not r.stdout:find(KEY, 1, true) and not r.stderr:find(KEY, 1, true), "no key printed")
   T.eq(stats(s).sandboxes, {})
   local bad = T.run_rlm({"daytona-smoke"}, {env = host_env(s, {DAYTONA_API_KEY = "wrong"})})

@@ -106,12 +106,12 @@ tests["daytona: the daytona-smoke skill passes with a repository and its own vol
   local repo = D.git_repo()
   local r = skill({"daytona-smoke", "repo=" .. repo, "volume=smoke-vol"}, D.env(s))
   T.eq(r.code, 0, r.stdout .. r.stderr)
-  for _, step in ipairs{"credentials", "volume", "sandbox", "repo", "execute", "volume write",
-                        "volume read", "delete"} do
+  for _, step in ipairs{"credentials", "api version", "volume", "sandbox", "daemon", "repo",
+                        "execute", "volume write", "volume read", "stop, start", "delete"} do
     T.truthy(r.stdout:find("\n  " .. step .. " +%d+ ms"), "step " .. step .. " in\n" .. r.stdout)
   end
   T.contains(r.stdout, "entries in workspace/repo (.git, NOTES.md, README.md)")
-  T.contains(r.stdout, "daytona-smoke: PASS (8 steps")
+  T.contains(r.stdout, "daytona-smoke: PASS (11 steps")
   T.truthy(not (r.stdout .. r.stderr):find(D.KEY, 1, true), "the key is never printed")
   T.eq(volume_names(s), {"smoke-vol"})
   none_left(s, 1)

@@ -7,9 +7,10 @@ local M = {}
 M.help = [[
 usage: rlm daytona-smoke [--repo URL] [--ref REF] [--volume NAME]
 
-Checks a Daytona setup end to end, without any model: the API and key, a volume (default
-rlm-smoke), a sandbox with the volume, the repository cloned into the workspace (--repo, at
---ref), an execute, a write to the volume read back through the file API, and the deletion.
+Checks a Daytona setup end to end, without any model: the API and key, the API and daemon
+versions, a volume (default rlm-smoke), a sandbox with the volume, a repository in the workspace
+(--repo at --ref; without it, a small local repository staged at a tag), an execute, a write to
+the volume read back through the file API, a stop and start from outside, and the deletion.
 Prints each step with its time and a verdict; exits 0 when everything works, 1 otherwise.
 Uses DAYTONA_API_KEY (or DAYTONA_JWT_TOKEN + DAYTONA_ORGANIZATION_ID) and DAYTONA_API_URL.]]
 
