@@ -74,8 +74,8 @@ end
 local function report(name, wall, stats, extra)
   local req = stats.requests
   local polls = req["GET /api/sandbox/{id}"] or 0
-  print(("%-34s %7.0f ms  %4d requests (%d state polls)  %3d connections%s"):format(
-    name, wall * 1e3, stats.total, polls, stats.new_connections, extra or ""))
+  print(("%-34s %7.0f ms  %4d requests, %.1f per sandbox (%d state polls)  %3d connections%s"):format(
+    name, wall * 1e3, stats.total, stats.total / N, polls, stats.new_connections, extra or ""))
 end
 
 print(("%d sandboxes in parallel: create (wait until started), execute `echo k`, delete"):format(N))
@@ -86,3 +86,9 @@ report("official TypeScript SDK 0.218", sdk_wall, sdk_stats,
        ("  (%.0f ms inside node; the rest is node starting)"):format(res.wall_ms))
 wall, stats = measured(interpreters)
 report("rlm.interpreter (driver + SUBMIT)", wall, stats)
+-- What one interpreter's life costs, by request: the figure to hold down (17 per sandbox
+-- before the SDK-version header, the labelled create and the soft delete).
+local kinds = {}
+for key, n in pairs(stats.requests) do kinds[#kinds + 1] = ("%s %.1f"):format(key, n / N) end
+table.sort(kinds)
+print("  per interpreter: " .. table.concat(kinds, ", "))
