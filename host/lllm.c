@@ -500,6 +500,13 @@ static void build_headers(lua_State *L, struct call *k, int req, const char *key
 static int l_start(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
+    /* After SIGINT/SIGTERM no model call goes out, whatever Lua code caught the interrupt:
+     * the run is ending, and a request now would only spend the user's money. */
+    if (host_signal != 0) {
+        int signo = host_signal < 0 ? -host_signal : host_signal;
+        return luaL_error(L, "interrupted (SIG%s): no model call is made after an interrupt",
+                          sigabbrev_np(signo));
+    }
     struct call *k = lua_newuserdatauv(L, sizeof *k, 0);
     memset(k, 0, sizeof *k);
     luaL_setmetatable(L, CALL);

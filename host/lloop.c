@@ -387,9 +387,21 @@ static int l_now(lua_State *L)
     return 1;
 }
 
+/* interrupted() -> "INT" | "TERM" | ... when SIGINT, SIGTERM, SIGHUP or SIGQUIT arrived (raised
+ * already or not), else nil: lets Lua code that had to catch errors raise the interrupt again. */
+static int l_interrupted(lua_State *L)
+{
+    int signo = host_signal < 0 ? -host_signal : host_signal;
+    if (signo == 0)
+        return 0;
+    lua_pushstring(L, sigabbrev_np(signo));
+    return 1;
+}
+
 static const luaL_Reg loop_funcs[] = {
-    {"poll", l_poll},     {"timer", l_timer}, {"cancel", l_cancel}, {"new_id", l_new_id},
-    {"ready", l_ready},   {"now", l_now},     {NULL, NULL}};
+    {"poll", l_poll},   {"timer", l_timer}, {"cancel", l_cancel},
+    {"new_id", l_new_id}, {"ready", l_ready}, {"now", l_now},
+    {"interrupted", l_interrupted}, {NULL, NULL}};
 
 int luaopen_rlm_core_loop(lua_State *L)
 {

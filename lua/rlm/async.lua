@@ -125,6 +125,13 @@ function M.forget(id)
   pending[id] = nil
 end
 
+--- Raises "interrupted (SIGx)" again if a signal arrived, wherever it was caught: an interrupt
+-- ends the program and is never turned into data (a reply error, a failed slot).
+function M.check_interrupt()
+  local sig = loop.interrupted()
+  if sig then error(("interrupted (SIG%s)"):format(sig), 0) end
+end
+
 --- Sleeps without blocking other tasks.
 function M.sleep(seconds)
   M.await(loop.timer(math.max(0, seconds)))

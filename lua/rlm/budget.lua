@@ -1,84 +1,217 @@
---- One budget for a whole tree of runs: the root and every child `rlm_query` share it, so
--- nothing a sandbox does can raise its own limits. Limits that are nil are unlimited.
+--- One budget for a whole tree of runs, owned by the host: the root, every child `rlm_query`
+-- and every sub-call share it, so nothing a sandbox does can raise its own limits.
+--
+-- Every model call reserves before it is sent (its prompt estimated, its output capped, its cost
+-- from the price table) and settles when it returns, so what cannot be afforded is never sent
+-- and calls in flight can never add up past a limit. A child run gets a budget of its own whose
+-- parent is the caller's: it spends within its grant (if any) and within every ancestor's
+-- remainder, and each ancestor's totals include it. Limits that are nil are unlimited.
 local sys = require "rlm.sys"
+
+local M = {}
+
+--- The fewest output tokens worth sending a call for.
+M.MIN_OUTPUT = 16
+
+--- A prompt's size in tokens, estimated high: about 3 characters per token where providers
+-- average about 4 for English text and code, so the reservation covers the real count.
+function M.estimate_tokens(chars)
+  return math.ceil(chars / 3) + 8
+end
 
 local Budget = {}
 Budget.__index = Budget
 
-local M = {}
-
---- limits: max_llm_calls (sub-calls from code), max_tokens (all calls, in + out),
--- max_cost (USD, all calls), max_time (seconds of wall time), max_depth.
-function M.new(limits)
+--- limits: max_llm_calls (model calls made for code: sub-calls and child runs' calls),
+-- max_tokens (all calls, in + out), max_cost (USD, all calls), max_time (seconds of wall time),
+-- max_depth. parent: the budget this one spends within (a child run's caller).
+function M.new(limits, parent)
   return setmetatable({
-    limits = limits,
+    limits = limits or {},
+    parent = parent,
     started = sys.now(),
-    llm_calls = 0,          -- sub-calls made from sandbox code (llm_query and friends)
+    llm_calls = 0,          -- calls made for code (llm_query, batches, child runs' turns)
     calls = 0,              -- every model call, root turns included
+    failed = 0,             -- calls sent that brought no answer
     input_tokens = 0,
     output_tokens = 0,
     cost = 0,
     by_model = {},
-    stopped = nil,          -- why the tree must stop, once a hard limit is crossed
+    held = {calls = 0, tokens = 0, cost = 0},   -- reserved by calls in flight
   }, Budget)
 end
 
---- Reserves n sub-calls before making them; the refusal text is the one DSPy and fleet-rlm
--- users know, so prompts written for them keep working.
-function Budget:reserve_calls(n)
-  local max = self.limits.max_llm_calls
-  if max and self.llm_calls + n > max then
-    return nil, ("LLM call limit exceeded: %d + %d > %d. Use Python code for aggregation "
-      .. "instead of making more LLM calls."):format(self.llm_calls, n, max)
-  end
-  self.llm_calls = self.llm_calls + n
-  return true
+-- What one level has left of each limit it sets (nil where it sets none), reservations counted.
+local function level_left(b)
+  local l = b.limits
+  return {
+    calls = l.max_llm_calls and l.max_llm_calls - b.llm_calls - b.held.calls,
+    tokens = l.max_tokens and l.max_tokens - b.input_tokens - b.output_tokens - b.held.tokens,
+    cost = l.max_cost and l.max_cost - b.cost - b.held.cost,
+    seconds = l.max_time and l.max_time - (sys.now() - b.started),
+  }
 end
 
---- Records one finished call's usage and cost.
-function Budget:add(model, usage, cost)
+--- What remains: {calls, tokens, cost, seconds}, each the least over this budget and its
+-- ancestors, never below 0; nil where nothing in the chain sets a limit.
+function Budget:remaining()
+  local r = {}
+  local b = self
+  while b do
+    for k, v in pairs(level_left(b)) do
+      if r[k] == nil or v < r[k] then r[k] = v end
+    end
+    b = b.parent
+  end
+  for k, v in pairs(r) do r[k] = math.max(0, v) end
+  return r
+end
+
+--- Seconds left before the first max_time in the chain, or nil when there is none.
+function Budget:time_left()
+  return self:remaining().seconds
+end
+
+-- The limit (name and value) that binds `what` for this budget, for messages.
+function Budget:binding(what, key)
+  local best, value
+  local b = self
+  while b do
+    local v = level_left(b)[what]
+    if v and (best == nil or v < value) then best, value = b, v end
+    b = b.parent
+  end
+  return best and best.limits[key]
+end
+
+local function hold(self, ticket, sign)
+  local b = self
+  while b do
+    b.held.calls = b.held.calls + sign * ticket.calls
+    b.held.tokens = b.held.tokens + sign * ticket.tokens
+    b.held.cost = b.held.cost + sign * ticket.cost
+    b = b.parent
+  end
+end
+
+--- Reserves one model call before it is sent. call: prompt_chars, output (the output cap wanted;
+-- nil: the caller's default), sub (true: counts against max_llm_calls), price ({input, output}
+-- USD per million tokens, or nil when the model has none), label (for messages), keep (tokens
+-- to leave unreserved, for the root's final extraction). Returns a ticket whose max_tokens is
+-- the output cap to send (nil when no limit needs one), or nil and the refusal, which starts
+-- with the name of the limit (max_llm_calls:, max_tokens:, max_cost:, max_time:).
+function Budget:reserve(call)
+  local r = self:remaining()
+  if r.seconds and r.seconds <= 0 then
+    return nil, ("max_time: the run's %g s are up"):format(self:binding("seconds", "max_time"))
+  end
+  if call.sub and r.calls and r.calls < 1 then
+    -- The refusal text DSPy and fleet-rlm users know, so prompts written for them keep working.
+    local max = self:binding("calls", "max_llm_calls")
+    return nil, ("max_llm_calls: LLM call limit exceeded: %d + 1 > %d. Use Python code for "
+      .. "aggregation instead of making more LLM calls."):format(max, max)
+  end
+  local prompt = M.estimate_tokens(call.prompt_chars or 0)
+  local keep = call.keep or 0
+  local cap = call.output
+  if r.tokens then
+    local room = r.tokens - prompt - keep
+    if room < M.MIN_OUTPUT then
+      return nil, ("max_tokens: this call needs about %d prompt tokens and room to answer, and %d "
+        .. "of the %d tokens remain"):format(prompt, r.tokens, self:binding("tokens", "max_tokens"))
+    end
+    cap = math.min(cap or room, room)
+  end
+  local cost = 0
+  if r.cost then
+    local p = call.price
+    if not p then
+      return nil, ("max_cost: %s has no price, so a cost limit cannot hold it; give one with "
+        .. "prices = {[%q] = {input = USD, output = USD}} (per million tokens)"):format(
+        tostring(call.label), tostring(call.label))
+    end
+    local room = r.cost - (prompt + keep) * p.input / 1e6
+    local out_room = p.output > 0 and math.floor(room * 1e6 / p.output) or math.huge
+    if out_room < M.MIN_OUTPUT then
+      return nil, ("max_cost: this call would cost up to $%.4f and $%.4f of $%g remain"):format(
+        (prompt * p.input + M.MIN_OUTPUT * p.output) / 1e6, r.cost, self:binding("cost", "max_cost"))
+    end
+    cap = math.min(cap or out_room, out_room)
+    cost = (prompt * p.input + cap * p.output) / 1e6
+  end
+  local ticket = {calls = call.sub and 1 or 0, tokens = r.tokens and prompt + cap or 0, cost = cost,
+                  max_tokens = (r.tokens or r.cost) and math.floor(cap) or nil}
+  hold(self, ticket, 1)
+  return ticket
+end
+
+--- Settles a reserved call: the reservation is released and what the call used (usage, cost;
+-- nil when it brought no answer) is added here and to every ancestor.
+function Budget:settle(ticket, model, usage, cost)
+  hold(self, ticket, -1)
   local i, o = usage and usage.input_tokens or 0, usage and usage.output_tokens or 0
-  self.calls = self.calls + 1
-  self.input_tokens = self.input_tokens + i
-  self.output_tokens = self.output_tokens + o
-  self.cost = self.cost + (cost or 0)
-  local m = self.by_model[model] or {calls = 0, input_tokens = 0, output_tokens = 0, cost = 0}
-  m.calls, m.input_tokens, m.output_tokens = m.calls + 1, m.input_tokens + i, m.output_tokens + o
-  m.cost = m.cost + (cost or 0)
-  self.by_model[model] = m
+  cost = cost or 0
+  local b = self
+  while b do
+    b.calls = b.calls + 1
+    b.llm_calls = b.llm_calls + ticket.calls
+    if not usage then b.failed = b.failed + 1 end
+    b.input_tokens = b.input_tokens + i
+    b.output_tokens = b.output_tokens + o
+    b.cost = b.cost + cost
+    local m = b.by_model[model] or {calls = 0, input_tokens = 0, output_tokens = 0, cost = 0}
+    m.calls, m.input_tokens, m.output_tokens = m.calls + 1, m.input_tokens + i, m.output_tokens + o
+    m.cost = m.cost + cost
+    b.by_model[model] = m
+    b = b.parent
+  end
+end
+
+local GRANT_KEYS = {calls = "max_llm_calls", tokens = "max_tokens", cost = "max_cost",
+                    seconds = "max_time"}
+
+--- A child's budget: within this one, and within grant if given: {calls =, tokens =, cost =,
+-- seconds =} (absent keys: no limit of the child's own), or a fraction in (0, 1] of what
+-- remains of each limit now.
+function Budget:child(grant)
+  local limits = {}
+  if type(grant) == "number" then
+    if not (grant > 0 and grant <= 1) then error("child_budget: a fraction must be in (0, 1]", 0) end
+    for k, v in pairs(self:remaining()) do
+      local x = v * grant
+      limits[GRANT_KEYS[k]] = (k == "calls" or k == "tokens") and math.floor(x) or x
+    end
+  elseif type(grant) == "table" then
+    for k, v in pairs(grant) do
+      if not GRANT_KEYS[k] or type(v) ~= "number" or v < 0 then
+        error(("child_budget: %s is not a grant (give calls, tokens, cost, seconds: numbers >= 0)")
+          :format(tostring(k)), 0)
+      end
+      limits[GRANT_KEYS[k]] = v
+    end
+  elseif grant ~= nil then
+    error("child_budget must be a table {calls =, tokens =, cost =, seconds =} or a fraction", 0)
+  end
+  return M.new(limits, self)
 end
 
 function Budget:elapsed()
   return sys.now() - self.started
 end
 
---- Seconds left before max_time, or nil when there is no time limit.
-function Budget:time_left()
-  local max = self.limits.max_time
-  return max and math.max(0, max - self:elapsed())
-end
-
---- The reason the tree must stop now (tokens, cost or time over their limit), or nil.
-function Budget:exceeded()
-  if self.stopped then return self.stopped end
-  local l = self.limits
-  local reason
-  if l.max_tokens and self.input_tokens + self.output_tokens >= l.max_tokens then
-    reason = ("token budget exhausted: %d of %d tokens used"):format(
-      self.input_tokens + self.output_tokens, l.max_tokens)
-  elseif l.max_cost and self.cost >= l.max_cost then
-    reason = ("cost budget exhausted: $%.4f of $%.4f spent"):format(self.cost, l.max_cost)
-  elseif l.max_time and self:elapsed() >= l.max_time then
-    reason = ("time budget exhausted: %.1f s of %g s"):format(self:elapsed(), l.max_time)
-  end
-  self.stopped = reason
-  return reason
+--- What the code sees through budget(): what remains, as plain values (nil: unlimited), and
+-- what this run's tree has used.
+function Budget:view(depth_left)
+  local r = self:remaining()
+  return {calls = r.calls, tokens = r.tokens, cost = r.cost, seconds = r.seconds,
+          depth = depth_left, used = {calls = self.calls, llm_calls = self.llm_calls,
+          tokens = self.input_tokens + self.output_tokens, cost = self.cost}}
 end
 
 --- The usage table a result carries.
 function Budget:usage()
   return {
-    llm_calls = self.llm_calls, calls = self.calls,
+    llm_calls = self.llm_calls, calls = self.calls, failed_calls = self.failed,
     input_tokens = self.input_tokens, output_tokens = self.output_tokens,
     total_tokens = self.input_tokens + self.output_tokens,
     cost = self.cost, by_model = self.by_model, elapsed = self:elapsed(),

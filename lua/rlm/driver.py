@@ -50,7 +50,7 @@ Execute semantics
   sets timed_out; globals are kept. Time spent waiting for replies does not count.
 - Helpers (builtins of the namespace, so they survive reset, never show up in variables, and a
   user global of the same name only shadows them): SUBMIT, llm_query(prompt, model=None),
-  llm_query_batched(prompts, model=None), rlm_query(task, context=None), add_buffer(name,
+  llm_query_batched(prompts, model=None), rlm_query(task, context=None), budget(), add_buffer(name,
   value), get_buffer(name), clear_buffer(name=None), SHOW_VARS(). A reply with error raises
   RuntimeError(message). Calls from threads are serialised; they fail outside an execute.
 - variables lists user globals except modules and __dunder__ names: type name, len or null,
@@ -669,6 +669,14 @@ def make_helpers(session):
         results = session.call("rlm_query", {"task": task, "context": context})
         return expect_count(results, 1, "rlm_query")[0]
 
+    def budget():
+        """What the run may still spend: calls, tokens, cost (USD), seconds, depth (None: no
+        limit), and what it has used. A copy: changing it changes nothing."""
+        result = expect_count(session.call("budget", {}), 1, "budget")[0]
+        if not isinstance(result, dict):
+            raise RuntimeError("the host answered budget() with something that is not a dict")
+        return result
+
     def add_buffer(name, value):
         """Appends value to the named buffer."""
         session.buffers.setdefault(name, []).append(value)
@@ -693,7 +701,7 @@ def make_helpers(session):
             size = "" if row["size"] is None else f", size {row['size']}"
             print(f"{row['name']} ({row['type']}{size}): {row['preview']}")
 
-    return {f.__name__: f for f in (SUBMIT, llm_query, llm_query_batched, rlm_query,
+    return {f.__name__: f for f in (SUBMIT, llm_query, llm_query_batched, rlm_query, budget,
                                     add_buffer, get_buffer, clear_buffer, SHOW_VARS)}
 
 

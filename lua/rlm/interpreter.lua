@@ -48,6 +48,7 @@
 -- checked for shape, lines are capped (rlm.limits.event_bytes), outputs are cut again to
 -- max_output_chars, and a driver that breaks the protocol is killed and restarted
 -- (run.state_lost). A forged event can do no more than the code could do by calling the helpers.
+local async = require "rlm.async"
 local json = require "rlm.json"
 local limits = require "rlm.limits"
 local registry = require "rlm.registry"
@@ -74,7 +75,7 @@ local BACKSTOP = 1.0
 local START_TIMEOUT = 30
 
 local NO_HANDLER = "llm_query is not available: no model configured"
-local CALL_KINDS = {llm_query = true, llm_query_batched = true, rlm_query = true}
+local CALL_KINDS = {llm_query = true, llm_query_batched = true, rlm_query = true, budget = true}
 
 local Interp = {}
 Interp.__index = Interp
@@ -249,6 +250,7 @@ function Interp:answer(ev)
     err = NO_HANDLER
   else
     local ok, r, e = pcall(handler, ev.kind, type(ev.args) == "table" and ev.args or {})
+    async.check_interrupt()      -- an interrupt ends the execute; it never becomes the reply
     if not ok then
       err = "the host failed to answer " .. tostring(ev.kind) .. ": " .. tostring(r)
     else
@@ -276,7 +278,9 @@ end
 
 --- Runs code; returns out (the SUBMIT fields, or nil) and the run table (see the top).
 -- variables: name -> JSON value, set as Python globals first. opts: timeout (seconds),
--- output_names (the fields the caller expects from SUBMIT; passed on to the driver).
+-- deadline (a sys.now() time by which the block ends, calls included: past it the block is
+-- stopped as by the timeout), output_names (the fields the caller expects from SUBMIT; passed
+-- on to the driver).
 function Interp:execute(code, variables, opts)
   if self.closed then closed_error() end
   if type(code) ~= "string" then error("execute: code must be a string", 2) end
@@ -293,6 +297,8 @@ function Interp:execute(code, variables, opts)
       self.opts.timeout), 2)
   end
   timeout = math.min(timeout, left)
+  local deadline = opts.deadline
+  if deadline then timeout = math.max(0.05, math.min(timeout, deadline - sys.now())) end
   self.request_id = (self.request_id or 0) + 1
   local req = {op = "execute", id = self.request_id, code = code, timeout = timeout,
                max_output_chars = self.opts.max_output_chars,
@@ -309,7 +315,7 @@ function Interp:execute(code, variables, opts)
     self:restart_driver()
   end
   self.busy = true
-  local ok, out, run = pcall(self.exchange, self, req, timeout)
+  local ok, out, run = pcall(self.exchange, self, req, timeout, deadline)
   self.busy = false
   if not ok then
     -- Interrupted mid-dialogue (an interrupt, a protocol fault): the driver may still be
@@ -325,16 +331,21 @@ function Interp:execute(code, variables, opts)
 end
 
 -- The request/event dialogue of one execute: calls are answered until the code is done.
-function Interp:exchange(req, timeout)
+function Interp:exchange(req, timeout, deadline)
   local sb = self.sandbox
   local id = req.id
   local started = sys.now()
   local spent_in_calls = 0
   while true do
     local wait = timeout - (sys.now() - started - spent_in_calls) + BACKSTOP
+    -- The driver's timer stands still during calls; a deadline counts them too.
+    if deadline then wait = math.min(wait, deadline - sys.now() + BACKSTOP) end
     local ev, err, kind = sb:request(req, math.max(wait, 0.05))
     if not ev then
-      if kind == "timeout" then
+      if kind == "timeout" and deadline and sys.now() >= deadline then
+        return self:lost(started, "TimeoutError: the run's time ran out (max_time) and the " ..
+          "code was stopped; the sandbox was restarted", true)
+      elseif kind == "timeout" then
         return self:lost(started, ("TimeoutError: the code ran past execute_timeout (%g s) " ..
           "and the sandbox was restarted"):format(timeout), true)
       elseif kind == "limit" then

@@ -154,15 +154,62 @@ function M.reset_usage()
 end
 M.reset_usage()
 
---- The price entry {input =, output =} (USD per million tokens) for a "provider/model" label:
--- the exact key, else the longest key that prefixes it (dated model versions).
-function M.price(label)
-  if prices[label] then return prices[label] end
+-- The entry for a "provider/model" label: the exact key, else the longest key that prefixes it
+-- (dated model versions such as claude-sonnet-4-5-20250929).
+local function by_label(tbl, label)
+  if tbl[label] then return tbl[label] end
   local best
-  for key in pairs(prices) do
+  for key in pairs(tbl) do
     if label:sub(1, #key) == key and (best == nil or #key > #best) then best = key end
   end
-  return best and prices[best]
+  return best and tbl[best]
+end
+
+--- The price entry {input =, output =} (USD per million tokens) for a "provider/model" label;
+-- `extra` (a table of the same shape) is looked in first.
+function M.price(label, extra)
+  return extra and by_label(extra, label) or by_label(prices, label)
+end
+
+--- Context windows in tokens (prompt and output together), by "provider/model"; a sub-call's
+-- prompt is checked against them before it is sent. Add or correct entries here or per run.
+M.context_windows = {
+  ["openai/gpt-4o"] = 128000, ["openai/gpt-4o-mini"] = 128000,
+  ["openai/gpt-4.1"] = 1047576, ["openai/gpt-5"] = 400000,
+  ["anthropic/claude-sonnet-4-5"] = 200000, ["anthropic/claude-sonnet-4"] = 200000,
+  ["anthropic/claude-haiku-4-5"] = 200000, ["anthropic/claude-opus-4-1"] = 200000,
+}
+
+--- The context window of a label (`extra` first), or nil when unknown.
+function M.context_window(label, extra)
+  return extra and by_label(extra, label) or by_label(M.context_windows, label)
+end
+
+--- The "provider/model" label of a model string. Raises for an unknown provider.
+function M.label(model)
+  local _, provider, name = M.resolve(model, 2)
+  return provider .. "/" .. name
+end
+
+--- Reads a prices file: a JSON object {"provider/model": {"input": USD, "output": USD}} (per
+-- million tokens). Raises with the file and entry at fault.
+function M.load_prices(path)
+  local f, err = io.open(path, "rb")
+  if not f then error("cannot read the prices file: " .. tostring(err), 0) end
+  local text = f:read("a")
+  f:close()
+  local ok, t = pcall(require("rlm.json").decode, text)
+  if not ok or type(t) ~= "table" then
+    error(("the prices file %s is not a JSON object"):format(path), 0)
+  end
+  for label, p in pairs(t) do
+    if type(p) ~= "table" or type(p.input) ~= "number" or type(p.output) ~= "number"
+        or p.input < 0 or p.output < 0 then
+      error(("the prices file %s: %s needs {\"input\": USD, \"output\": USD} per million tokens")
+        :format(path, tostring(label)), 0)
+    end
+  end
+  return t
 end
 
 --- Cost in USD of usage for model (a model string; nil: RLM_MODEL); second result false when

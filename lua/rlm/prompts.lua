@@ -25,6 +25,9 @@ In the REPL you have:
   the same order. Far faster than calling llm_query in a loop.
 - rlm_query(task, context) -> str: give a sub-task and its own input to a helper that works the
   way you do, in its own REPL.
+- budget() -> dict: what remains to spend (calls, tokens, cost, seconds, depth; None means no
+  limit). A call the budget cannot afford is not made: llm_query raises RuntimeError("max_...:
+  why"), and in a batch that item is the string "[ERROR] max_...: why".
 - add_buffer(name, value), get_buffer(name), clear_buffer(name): named lists kept across blocks.
 - SUBMIT({{submit_signature}}): finish, with these output fields.
 - print(...): the only way to see a value. Output past {{max_output_chars}} characters is cut
@@ -56,8 +59,8 @@ REPL variables: {{variables}}
 {{feedback}}Turn {{turn}} of {{max_iterations}}.]]
 
 M.extract = [[
-The turns ran out before SUBMIT was called. From the work below, give your best values for
-the outputs.
+The run ended before SUBMIT was called ({{reason}}). From the work below, give your best values
+for the outputs.
 
 Task: {{task}}
 

@@ -7,8 +7,10 @@
 -- Policy lives here and in rlm.prompts; budgets are enforced by the host for the whole tree of
 -- child runs (rlm.budget), and every model call goes through rlm.llm, so no key ever enters a
 -- sandbox and code in a sandbox cannot raise its own limits.
+local async = require "rlm.async"
 local budget_mod = require "rlm.budget"
 local json = require "rlm.json"
+local llm = require "rlm.llm"
 local parse = require "rlm.parse"
 local sys = require "rlm.sys"
 local trace = require "rlm.trace"
@@ -27,6 +29,8 @@ M.defaults = {
   inline_context_chars = 65536, -- larger contexts are uploaded as a file, not sent inline
   timeout = 900,              -- sandbox lifetime
   batch_concurrency = 64,     -- llm_query_batched calls in flight at once
+  max_output_tokens = 8192,   -- the output cap sent with each call while max_tokens or max_cost holds
+  extract_seconds = 5,        -- under max_time, kept back from the turns for the final extraction
 }
 
 local WORKSPACE = "/home/daytona/workspace"
@@ -113,24 +117,58 @@ function Run:record(rec)
   return self.tracer:write(rec)
 end
 
--- The deadline of one model call: llm_call_timeout, cut to the time the budget has left.
-function Run:call_timeout()
+-- The deadline of one model call: llm_call_timeout, cut to the time the budget has left (less
+-- what is kept for the extraction, unless this is the extraction).
+function Run:call_timeout(final)
+  local left = self:time_left(final)
+  return left and math.min(self.llm_call_timeout, math.max(0.5, left)) or self.llm_call_timeout
+end
+
+-- Seconds left for the turns (final: for the extraction too), or nil without max_time.
+function Run:time_left(final)
   local left = self.budget:time_left()
-  return left and math.min(self.llm_call_timeout, math.max(1, left)) or self.llm_call_timeout
+  if not left or final then return left end
+  return math.max(0, left - self.extract_seconds)
 end
 
-function Run:account(model, res)
-  local llm = require "rlm.llm"
-  self.budget:add(model, res.usage, res.cost or llm.cost(model, res.usage) or 0)
+function Run:price(label)
+  return llm.price(label, self.prices)
 end
 
--- One model call with accounting; returns the llm result or nil, err.
-function Run:model_call(model, req)
-  req.model, req.timeout = model, self:call_timeout()
-  local ok, res, err = pcall(require("rlm.llm").complete, req)
+-- Settles a reserved call with what it used; cost from the run's prices.
+function Run:settle(ticket, label, res)
+  if not res then return self.budget:settle(ticket, label) end
+  local p = self:price(label)
+  local u = res.usage or {}
+  local cost = p and ((u.input_tokens or 0) * p.input + (u.output_tokens or 0) * p.output) / 1e6 or 0
+  self.budget:settle(ticket, label, u, cost)
+end
+
+local function prompt_chars(req)
+  local n = #(req.system or "")
+  for _, m in ipairs(req.messages) do n = n + #m.content end
+  return n
+end
+
+-- One model call for the loop (a turn or the extraction), through the budget. how: final (the
+-- extraction: may use the time kept for it), keep (tokens to leave for the extraction).
+-- Returns the llm result, or nil, err, "budget" when the budget refuses it.
+function Run:model_call(model, req, how)
+  how = how or {}
+  local label = llm.label(model)
+  if self:time_left(how.final) == 0 then
+    return nil, ("max_time: the run's %g s are up"):format(self.budget:binding("seconds", "max_time")),
+           "budget"
+  end
+  local ticket, why = self.budget:reserve{prompt_chars = prompt_chars(req), label = label,
+    output = self.max_output_tokens, sub = self.depth > 0, price = self:price(label), keep = how.keep}
+  if not ticket then return nil, why, "budget" end
+  req.model, req.max_tokens, req.timeout = model, ticket.max_tokens, self:call_timeout(how.final)
+  local ok, res, err = pcall(llm.complete, req)
+  self:settle(ticket, label, ok and res or nil)
+  async.check_interrupt()
   if not ok then return nil, tostring(res) end
   if not res then return nil, err end
-  self:account(model, res)
   return res
 end
 
@@ -143,31 +181,75 @@ function Run:sub_prompt_record(kind, prompts, texts, started)
               duration = sys.now() - started, replies = texts}
 end
 
+-- The label of a model the code may use (model: nil for the sub-model), or nil, err.
+function Run:allowed_model(model)
+  local ok, label = pcall(llm.label, model or self.sub_model)
+  if not ok then return nil, tostring(label):gsub("^[^:]*:%d+: ", "") end
+  if not self.sub_models[label] then
+    local names = {}
+    for name in pairs(self.sub_models) do names[#names + 1] = name end
+    table.sort(names)
+    return nil, ("model %s is not allowed in this run; the code may use %s (the run's sub_models)")
+      :format(label, table.concat(names, ", "))
+  end
+  return label
+end
+
+-- Why a prompt cannot be sent to label (its context window), or nil.
+function Run:too_big(label, prompt)
+  local window = llm.context_window(label, self.context_windows)
+  local typical = math.ceil(#prompt / 4)
+  if window and typical > window then
+    return ("context_window: the prompt is about %d tokens (%d characters), more than %s's context "
+      .. "window of %d tokens; split it into smaller prompts"):format(typical, #prompt, label, window)
+  end
+end
+
+-- Sub-calls from code: each prompt is checked and reserved before anything is sent; what the
+-- budget cannot afford comes back as an error string in its slot, as a failed call does, so
+-- the code sees it and the rest of the batch runs.
 function Run:llm_query(prompts, model, kind)
-  local ok, refusal = self.budget:reserve_calls(#prompts)
-  if not ok then
-    self.refusal = refusal
-    return nil, refusal
-  end
-  local started = sys.now()
+  local label, err = self:allowed_model(model)
+  if not label then return nil, err end
   model = model or self.sub_model
-  local reqs = {}
+  local started = sys.now()
+  local texts, reqs, tickets, slots = {}, {}, {}, {}
+  local refusal
   for i, p in ipairs(prompts) do
-    reqs[i] = {model = model, messages = {{role = "user", content = p}}, timeout = self:call_timeout()}
-  end
-  local ok, results = pcall(require("rlm.llm").batch, reqs, {concurrency = self.batch_concurrency})
-  if not ok then return nil, tostring(results) end
-  -- A failed item becomes an error string in its slot, as DSPy does, so one bad call does not
-  -- lose the batch; the code can test for the prefix.
-  local texts = {}
-  for i, r in ipairs(results) do
-    if r.error then
-      texts[i] = "[ERROR] " .. tostring(r.error)
+    local why = self:too_big(label, p)
+    local ticket
+    if not why then
+      if self:time_left() == 0 then
+        why = ("max_time: the run's %g s are up"):format(self.budget:binding("seconds", "max_time"))
+      else
+        ticket, why = self.budget:reserve{prompt_chars = #p, output = self.max_output_tokens,
+                                          sub = true, price = self:price(label), label = label}
+      end
+    end
+    if ticket then
+      local n = #reqs + 1
+      reqs[n] = {model = model, messages = {{role = "user", content = p}},
+                 max_tokens = ticket.max_tokens, timeout = self:call_timeout()}
+      tickets[n], slots[n] = ticket, i
     else
-      self:account(model, r)
-      texts[i] = r.text
+      texts[i] = "[ERROR] " .. why
+      refusal = refusal or why
     end
   end
+  if kind == "llm_query" and refusal then return nil, refusal end
+  local ok, results = pcall(llm.batch, reqs, {concurrency = self.batch_concurrency})
+  if not ok then
+    for n, ticket in ipairs(tickets) do self.budget:settle(ticket, label) end
+    async.check_interrupt()
+    return nil, tostring(results)
+  end
+  -- A failed item becomes an error string in its slot, as DSPy does, so one bad call does not
+  -- lose the batch; the code can test for the prefix.
+  for n, r in ipairs(results) do
+    self:settle(tickets[n], label, not r.error and r or nil)
+    texts[slots[n]] = r.error and "[ERROR] " .. tostring(r.error) or r.text
+  end
+  async.check_interrupt()
   self:sub_prompt_record(kind, prompts, texts, started)
   return texts
 end
@@ -177,12 +259,21 @@ function Run:rlm_query(task, context)
     local prompt = context and (task .. "\n\nContext:\n" .. tostring(context)) or task
     return self:llm_query({prompt}, nil, "rlm_query_fallback")
   end
+  -- A child that could not make a single call is not started at all.
+  local r = self.budget:remaining()
+  if r.calls and r.calls < 1 then
+    return nil, ("max_llm_calls: all %d calls are used; no child run can start"):format(
+      self.budget:binding("calls", "max_llm_calls"))
+  end
+  if self:time_left() == 0 then
+    return nil, ("max_time: the run's %g s are up"):format(self.budget:binding("seconds", "max_time"))
+  end
   local started = sys.now()
   local child = M.run(setmetatable({
     task = task, context = context, outputs = {"answer"},
     model = self.sub_model, prompts = self.prompts,
-    _budget = self.budget, _depth = self.depth + 1, _trace = self.tracer, _parent = self.id,
-    on_event = self.on_event,
+    _budget = self.budget:child(self.child_budget), _depth = self.depth + 1, _trace = self.tracer,
+    _parent = self.id, on_event = self.on_event,
   }, {__index = self.opts}))
   self:record{type = "subcall", kind = "rlm_query", turn = self.turn, child = child.run_id,
               duration = sys.now() - started, reason = child.reason}
@@ -202,8 +293,22 @@ function Run:on_call(kind, args)
     return self:llm_query(args.prompts or {}, args.model, kind)
   elseif kind == "rlm_query" then
     return self:rlm_query(args.task, args.context)
+  elseif kind == "budget" then
+    local v = self.budget:view(self.max_depth - self.depth - 1)
+    v.seconds = self:time_left()
+    for _, k in ipairs{"calls", "tokens", "cost", "seconds"} do
+      if v[k] == nil then v[k] = json.null end
+    end
+    return {json.object(v)}
   end
   return nil, "unknown call: " .. tostring(kind)
+end
+
+-- The absolute time by which a block must end (the run's deadline, less the extraction's
+-- share), or nil without max_time.
+function Run:deadline()
+  local left = self:time_left()
+  return left and sys.now() + left
 end
 
 function Run:render(name, vars)
@@ -215,7 +320,8 @@ function Run:run_code(blocks, final)
   local outputs, feedback, submitted = {}, nil, nil
   local vars
   for i, code in ipairs(blocks) do
-    local out, r = self.interp:execute(code, nil, {output_names = self.outputs})
+    local out, r = self.interp:execute(code, nil, {output_names = self.outputs,
+                                                    deadline = self:deadline()})
     -- A restarted driver (code deaf to execute_timeout, a crash) lost every variable; the
     -- prompts promise `context` on every turn, so it goes back in.
     if r.state_lost then load_context(self.interp, self.context, self.inline_context_chars) end
@@ -229,12 +335,12 @@ function Run:run_code(blocks, final)
       feedback = ("SUBMIT is missing %s. Call SUBMIT(%s) with every output.\n"):format(
         table.concat(missing, ", "), table.concat(self.outputs, "=..., ") .. "=...")
     end
-    if r.error or self.refusal then break end
+    if r.error then break end
   end
   if not submitted and final and not feedback then
     if final.var then
       local out, r = self.interp:execute(("SUBMIT(%s)"):format(final.var), nil,
-                                          {output_names = self.outputs})
+                                          {output_names = self.outputs, deadline = self:deadline()})
       if out and #missing_fields(out, self.outputs) == 0 then
         submitted = out
       else
@@ -254,18 +360,38 @@ function Run:run_code(blocks, final)
   return submitted, table.concat(outputs, "\n"), vars, feedback
 end
 
-function Run:extract(messages)
+-- The work so far, newest turns first kept, within chars.
+function Run:trajectory_text(chars)
   local parts, total = {}, 0
-  for i = #self.steps, 1, -1 do        -- newest steps first, so they survive the cut
+  for i = #self.steps, 1, -1 do
     local s = self.steps[i]
     local piece = ("--- turn %d ---\n%s\n%s"):format(s.turn, s.reply, s.output or "")
     total = total + #piece
-    if total > 60000 then break end
+    if total > chars then break end
     table.insert(parts, 1, piece)
   end
-  local prompt = self:render("extract", {task = self.task, trajectory = table.concat(parts, "\n"),
-                                         outputs = table.concat(self.outputs, ", ")})
-  local res, err = self:model_call(self.model, {system = self.system, messages = {{role = "user", content = prompt}}})
+  return table.concat(parts, "\n")
+end
+
+local EXTRACT_CHARS = 60000
+
+function Run:extract_prompt(reason)
+  return self:render("extract", {task = self.task, reason = reason,
+                                 trajectory = self:trajectory_text(EXTRACT_CHARS),
+                                 outputs = table.concat(self.outputs, ", ")})
+end
+
+-- Tokens the final extraction needs (a conservative estimate), kept back from the turns.
+function Run:extract_tokens()
+  local chars = #self.system + #self:extract_prompt("x") + 200
+  return budget_mod.estimate_tokens(chars) + 512
+end
+
+function Run:extract(reason)
+  local prompt = self:extract_prompt(reason)
+  local res, err = self:model_call(self.model, {system = self.system,
+                                                messages = {{role = "user", content = prompt}}},
+                                   {final = true})
   if not res then return nil, err end
   self:record{type = "extract", reply = res.text}
   local obj = parse.json_object(res.text, json)
@@ -288,10 +414,11 @@ function Run:loop()
 
   for turn = 1, self.max_iterations do
     self.turn = turn
-    local why = self.budget:exceeded()
-    if why then return {reason = why} end
     local t0 = sys.now()
-    local reply, err = self:model_call(self.model, {system = self.system, messages = messages})
+    -- A turn is sent only if the extraction can still be afforded after it.
+    local reply, err, refused = self:model_call(self.model, {system = self.system, messages = messages},
+                                                {keep = self:extract_tokens()})
+    if refused then return {reason = err, extract = #self.steps > 0} end
     if not reply then return {reason = "model call failed: " .. tostring(err), error = err} end
     messages[#messages + 1] = {role = "assistant", content = reply.text}
     self.steps_code = {}
@@ -305,13 +432,53 @@ function Run:loop()
     self:event{type = "turn", turn = turn, max_iterations = self.max_iterations,
                usage = self.budget:usage()}
     if submitted then return {fields = submitted, reason = "submitted", submitted = true} end
-    if self.refusal then return {reason = "max_llm_calls: " .. self.refusal, extract = true} end
     messages[#messages + 1] = {role = "user", content = self:render("turn", {
       output = output, variables = variables_line(pyvars), feedback = feedback or "",
       turn = turn + 1, max_iterations = self.max_iterations})}
   end
   return {reason = ("max_iterations: no SUBMIT after %d turns"):format(self.max_iterations),
           extract = true}
+end
+
+-- The run's prices: `prices` over the file named by prices_file or RLM_PRICES.
+local function run_prices(opts)
+  local file = opts.prices_file or sys.getenv("RLM_PRICES")
+  local t = {}
+  if file and file ~= "" then
+    for k, v in pairs(llm.load_prices(file)) do t[k] = v end
+  end
+  for k, v in pairs(opts.prices or {}) do
+    if type(v) ~= "table" or type(v.input) ~= "number" or type(v.output) ~= "number" then
+      error(("prices[%q] needs {input = USD, output = USD} per million tokens"):format(tostring(k)), 0)
+    end
+    t[k] = v
+  end
+  return t
+end
+
+-- The set of labels llm_query(model=) may name.
+local function allowed_models(list)
+  local set = {}
+  for _, m in ipairs(list) do
+    local ok, label = pcall(llm.label, m)
+    if not ok then error("sub_models: " .. tostring(label):gsub("^[^:]*:%d+: ", ""), 0) end
+    set[label] = true
+  end
+  return set
+end
+
+-- Under max_cost every model the run may call needs a price: refused before anything starts.
+local function check_prices(self)
+  if not self.budget.limits.max_cost then return end
+  local labels = {[llm.label(self.model)] = true}
+  for label in pairs(self.sub_models) do labels[label] = true end
+  for label in pairs(labels) do
+    if not self:price(label) then
+      error(("max_cost needs a price for %s: give one with prices = {[%q] = {input = USD, output "
+        .. "= USD}} (per million tokens), or a prices file (prices_file, RLM_PRICES)"):format(
+        label, label), 0)
+    end
+  end
 end
 
 local function new_run(opts)
@@ -324,7 +491,6 @@ local function new_run(opts)
     error("no model: pass model = \"provider/name\" or set RLM_MODEL (e.g. openai/gpt-4o)", 0)
   end
   -- A missing key must fail here, before any sandbox exists, not at the first turn.
-  local llm = require "rlm.llm"
   local ok, err = pcall(llm.check, model)
   if ok and opts.sub_model then ok, err = pcall(llm.check, opts.sub_model) end
   if not ok then error(tostring(err):gsub("^[^:]*:%d+: ", ""), 0) end
@@ -336,6 +502,10 @@ local function new_run(opts)
     llm_call_timeout = option(opts, "llm_call_timeout"), sub_capacity = option(opts, "sub_capacity"),
     inline_context_chars = option(opts, "inline_context_chars"),
     batch_concurrency = option(opts, "batch_concurrency"),
+    max_output_tokens = option(opts, "max_output_tokens"),
+    extract_seconds = depth == 0 and opts.max_time
+      and math.min(option(opts, "extract_seconds"), opts.max_time * 0.1) or 0,
+    child_budget = opts.child_budget, context_windows = opts.context_windows,
     prompts = prompts, depth = depth, parent = opts._parent,
     id = ("r%d-%d"):format(sys.getpid(), run_counter),
     on_event = opts.on_event, steps = {},
@@ -344,6 +514,10 @@ local function new_run(opts)
     max_llm_calls = option(opts, "max_llm_calls"), max_tokens = opts.max_tokens,
     max_cost = opts.max_cost, max_time = opts.max_time, max_depth = self.max_depth,
   }
+  self.prices = run_prices(opts)
+  self.sub_models = allowed_models(opts.sub_models or {self.sub_model})
+  if depth == 0 then check_prices(self) end
+  if opts.child_budget ~= nil then self.budget:child(opts.child_budget) end   -- misuse shows now
   self.tracer = opts._trace or trace.writer(opts.trace)
   return self
 end
@@ -378,7 +552,7 @@ function M.run(opts)
     interp:start()
     local r = self:loop()
     if r.extract then
-      local fields, err = self:extract()
+      local fields, err = self:extract(r.reason)
       if fields then
         r.fields, r.extracted = fields, true
       else
@@ -405,9 +579,9 @@ function M.run(opts)
     result.trajectory = self.tracer.records
     self.tracer:close()
   end
-  if not ok and tostring(result.error):find("interrupted", 1, true) then
-    error(result.error, 0)   -- Ctrl-C ends the program; the sandbox is already gone
-  end
+  -- Ctrl-C or SIGTERM ends the program (the sandbox is already gone), however it was caught.
+  if not ok and tostring(result.error):find("interrupted", 1, true) then error(result.error, 0) end
+  async.check_interrupt()
   return result
 end
 

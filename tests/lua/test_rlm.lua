@@ -88,7 +88,7 @@ end
 
 tests["a model that never submits stops at max_iterations with the extraction answer"] = function()
   F.model{rules = {
-    {match = "turns ran out", reply = 'Here: {"answer": "extracted 7"}'},
+    {match = "run ended before SUBMIT was called \\(max_iterations", reply = 'Here: {"answer": "extracted 7"}'},
     {match = ".", reply = F.code("print('still looking')")},
   }}
   local res = rlm.run{task = "never ends", context = "abc", max_iterations = 3}
@@ -99,17 +99,18 @@ tests["a model that never submits stops at max_iterations with the extraction an
   T.contains(res.reason, "max_iterations")
 end
 
-tests["a model that loops on llm_query stops at max_llm_calls with the standard message"] = function()
-  F.model{rules = {
-    {match = "turns ran out", reply = '{"answer": "partial"}'},
+tests["a model that loops on llm_query is told at max_llm_calls and adapts"] = function()
+  local server = F.model{rules = {
     {match = "^ping", reply = "pong"},
+    {match = "LLM call limit exceeded: 5 \\+ 1 > 5", reply = F.code("SUBMIT(answer='adapted')")},
     {match = ".", reply = F.code("for i in range(1000):\n    llm_query('ping')")},
   }}
   local res = rlm.run{task = "loop", context = "abc", max_llm_calls = 5, max_iterations = 10}
-  T.contains(res.reason, "LLM call limit exceeded: 5 + 1 > 5")
+  T.eq(res.reason, "submitted")
+  T.eq(res.answer, "adapted")
   T.eq(res.usage.llm_calls, 5)
-  T.eq(res.iterations, 1)
-  T.eq(res.answer, "partial")
+  T.eq(res.iterations, 2, "the limit does not end the run: the next turn happens")
+  T.eq(F.stats(server).requests, 2 + 5)
 end
 
 tests["a sandbox that hangs is stopped by execute_timeout and the run goes on"] = function()
@@ -157,10 +158,11 @@ tests["a custom prompt template changes what the model receives"] = function()
 end
 
 tests["token and cost budgets stop the run cleanly"] = function()
-  F.model{rules = {{match = ".", reply = F.code("print('x' * 100)")}}}
+  local server = F.model{rules = {{match = ".", reply = F.code("print('x' * 100)")}}}
   local res = rlm.run{task = "budget", context = "abc", max_tokens = 1, max_iterations = 5}
-  T.contains(res.reason, "token budget exhausted")
-  T.eq(res.iterations, 1)
+  T.contains(res.reason, "max_tokens: this call needs about")
+  T.eq(res.iterations, 0)
+  T.eq(F.stats(server).requests, 0, "a turn that cannot be afforded is not sent")
 end
 
 tests["a dead model server is a clear error in the result, and no sandbox is left"] = function()

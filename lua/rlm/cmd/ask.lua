@@ -8,19 +8,26 @@ local M = {}
 M.help = [[
 usage: rlm ask "TASK" [--context FILE|-] [--model M] [--sub-model M] [--backend local|daytona]
                       [--outputs a,b] [--json] [--trace FILE.jsonl] [--max-iterations N]
-                      [--max-llm-calls N] [--max-depth N] [--max-cost USD] [--max-time S]
-                      [--limit NAME=VALUE]...
+                      [--max-llm-calls N] [--max-depth N] [--max-tokens N] [--max-cost USD]
+                      [--max-time S] [--execute-timeout S] [--llm-call-timeout S]
+                      [--sub-models a,b] [--prices FILE.json] [--limit NAME=VALUE]...
 
 Runs the RLM loop: the model explores the context in a sandbox by writing Python, until its
 code calls SUBMIT. Prints the answer (or, with --json, every output field and the run's usage).
 One progress line per turn goes to stderr. The model comes from --model or RLM_MODEL
 (provider/name, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5, local/NAME).
+Budgets hold for the whole tree of sub-calls and child runs: --max-llm-calls (calls made
+for code), --max-tokens, --max-cost (needs a price for every model: rlm.prices, --prices or
+RLM_PRICES), --max-time (a deadline for everything, code included). --sub-models lists the
+models llm_query(model=...) may use (default: the sub-model).
 --limit NAME=VALUE sets a resource limit of the sandboxes (as for `rlm exec`).]]
 
 local SPEC = {context = "string", model = "string", sub_model = "string", backend = "string",
               outputs = "list", json = "flag", trace = "string", max_iterations = "number",
               max_llm_calls = "number", max_depth = "number", max_cost = "number",
-              max_time = "number", max_tokens = "number", quiet = "flag", limit = "assign"}
+              max_time = "number", max_tokens = "number", quiet = "flag", limit = "assign",
+              execute_timeout = "number", llm_call_timeout = "number", sub_models = "list",
+              prices = "string"}
 
 local function read_context(path)
   if path == nil then return nil end
@@ -50,7 +57,8 @@ function M.main(argv)
     trace = opts.trace, max_iterations = opts.max_iterations, max_llm_calls = opts.max_llm_calls,
     max_depth = opts.max_depth, max_cost = opts.max_cost, max_time = opts.max_time,
     max_tokens = opts.max_tokens, on_event = not opts.quiet and progress or nil,
-    limits = opts.limit,
+    limits = opts.limit, execute_timeout = opts.execute_timeout,
+    llm_call_timeout = opts.llm_call_timeout, sub_models = opts.sub_models, prices_file = opts.prices,
   }
   if opts.json then
     print(json.encode({fields = res.fields, reason = res.reason, iterations = res.iterations,
