@@ -38,7 +38,19 @@ function M.new(limits, parent)
     cost = 0,
     by_model = {},
     held = {calls = 0, tokens = 0, cost = 0},   -- reserved by calls in flight
+    keep = nil,             -- {tokens, cost} no call but the root's extraction may use
   }, Budget)
+end
+
+--- What is kept back along the chain for the root's final extraction: tokens, cost.
+function Budget:kept()
+  local tokens, cost = 0, 0
+  local b = self
+  while b do
+    if b.keep then tokens, cost = tokens + b.keep.tokens, cost + b.keep.cost end
+    b = b.parent
+  end
+  return tokens, cost
 end
 
 -- What one level has left of each limit it sets (nil where it sets none), reservations counted.
@@ -96,8 +108,8 @@ end
 
 --- Reserves one model call before it is sent. call: prompt_chars, output (the output cap wanted;
 -- nil: the caller's default), sub (true: counts against max_llm_calls), price ({input, output}
--- USD per million tokens, or nil when the model has none), label (for messages), keep (tokens
--- to leave unreserved, for the root's final extraction). Returns a ticket whose max_tokens is
+-- USD per million tokens, or nil when the model has none), label (for messages), final (the
+-- root's extraction: may use what is kept for it). Returns a ticket whose max_tokens is
 -- the output cap to send (nil when no limit needs one), or nil and the refusal, which starts
 -- with the name of the limit (max_llm_calls:, max_tokens:, max_cost:, max_time:).
 function Budget:reserve(call)
@@ -112,7 +124,8 @@ function Budget:reserve(call)
       .. "aggregation instead of making more LLM calls."):format(max, max)
   end
   local prompt = M.estimate_tokens(call.prompt_chars or 0)
-  local keep = call.keep or 0
+  local keep, keep_cost = 0, 0
+  if not call.final then keep, keep_cost = self:kept() end
   local cap = call.output
   if r.tokens then
     local room = r.tokens - prompt - keep
@@ -130,7 +143,7 @@ function Budget:reserve(call)
         .. "prices = {[%q] = {input = USD, output = USD}} (per million tokens)"):format(
         tostring(call.label), tostring(call.label))
     end
-    local room = r.cost - (prompt + keep) * p.input / 1e6
+    local room = r.cost - keep_cost - prompt * p.input / 1e6
     local out_room = p.output > 0 and math.floor(room * 1e6 / p.output) or math.huge
     if out_room < M.MIN_OUTPUT then
       return nil, ("max_cost: this call would cost up to $%.4f and $%.4f of $%g remain"):format(

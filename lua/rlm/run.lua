@@ -121,7 +121,7 @@ end
 -- what is kept for the extraction, unless this is the extraction).
 function Run:call_timeout(final)
   local left = self:time_left(final)
-  return left and math.min(self.llm_call_timeout, math.max(0.5, left)) or self.llm_call_timeout
+  return left and math.min(self.llm_call_timeout, math.max(0.1, left)) or self.llm_call_timeout
 end
 
 -- Seconds left for the turns (final: for the extraction too), or nil without max_time.
@@ -151,7 +151,7 @@ local function prompt_chars(req)
 end
 
 -- One model call for the loop (a turn or the extraction), through the budget. how: final (the
--- extraction: may use the time kept for it), keep (tokens to leave for the extraction).
+-- extraction: may use the time and tokens kept for it).
 -- Returns the llm result, or nil, err, "budget" when the budget refuses it.
 function Run:model_call(model, req, how)
   how = how or {}
@@ -161,7 +161,7 @@ function Run:model_call(model, req, how)
            "budget"
   end
   local ticket, why = self.budget:reserve{prompt_chars = prompt_chars(req), label = label,
-    output = self.max_output_tokens, sub = self.depth > 0, price = self:price(label), keep = how.keep}
+    output = self.max_output_tokens, sub = self.depth > 0, price = self:price(label), final = how.final}
   if not ticket then return nil, why, "budget" end
   req.model, req.max_tokens, req.timeout = model, ticket.max_tokens, self:call_timeout(how.final)
   local ok, res, err = pcall(llm.complete, req)
@@ -205,6 +205,28 @@ function Run:too_big(label, prompt)
   end
 end
 
+-- The output cap for each call of a batch: under a token or cost limit, an even share of what
+-- remains (at least BATCH_MIN_OUTPUT), so one item's reservation does not crowd out the rest.
+local BATCH_MIN_OUTPUT = 256
+
+function Run:batch_output(prompts, label)
+  local want = self.max_output_tokens
+  if #prompts < 2 then return want end
+  local r = self.budget:remaining()
+  local keep, keep_cost = self.budget:kept()
+  local prompt_tokens = 0
+  for _, p in ipairs(prompts) do prompt_tokens = prompt_tokens + budget_mod.estimate_tokens(#p) end
+  if r.tokens then
+    want = math.min(want, math.floor((r.tokens - keep - prompt_tokens) / #prompts))
+  end
+  local price = self:price(label)
+  if r.cost and price and price.output > 0 then
+    local room = r.cost - keep_cost - prompt_tokens * price.input / 1e6
+    want = math.min(want, math.floor(room * 1e6 / price.output / #prompts))
+  end
+  return math.max(want, BATCH_MIN_OUTPUT)
+end
+
 -- Sub-calls from code: each prompt is checked and reserved before anything is sent; what the
 -- budget cannot afford comes back as an error string in its slot, as a failed call does, so
 -- the code sees it and the rest of the batch runs.
@@ -215,6 +237,7 @@ function Run:llm_query(prompts, model, kind)
   local started = sys.now()
   local texts, reqs, tickets, slots = {}, {}, {}, {}
   local refusal
+  local output = self:batch_output(prompts, label)
   for i, p in ipairs(prompts) do
     local why = self:too_big(label, p)
     local ticket
@@ -222,7 +245,7 @@ function Run:llm_query(prompts, model, kind)
       if self:time_left() == 0 then
         why = ("max_time: the run's %g s are up"):format(self.budget:binding("seconds", "max_time"))
       else
-        ticket, why = self.budget:reserve{prompt_chars = #p, output = self.max_output_tokens,
+        ticket, why = self.budget:reserve{prompt_chars = #p, output = output,
                                           sub = true, price = self:price(label), label = label}
       end
     end
@@ -381,10 +404,12 @@ function Run:extract_prompt(reason)
                                  outputs = table.concat(self.outputs, ", ")})
 end
 
--- Tokens the final extraction needs (a conservative estimate), kept back from the turns.
-function Run:extract_tokens()
-  local chars = #self.system + #self:extract_prompt("x") + 200
-  return budget_mod.estimate_tokens(chars) + 512
+-- Keeps back from every other call what the final extraction needs (a conservative estimate):
+-- a run stopped by a limit still ends with an answer.
+function Run:keep_for_extraction()
+  local tokens = budget_mod.estimate_tokens(#self.system + #self:extract_prompt("x") + 200) + 512
+  local p = self:price(llm.label(self.model))
+  self.budget.keep = {tokens = tokens, cost = p and tokens * math.max(p.input, p.output) / 1e6 or 0}
 end
 
 function Run:extract(reason)
@@ -416,8 +441,8 @@ function Run:loop()
     self.turn = turn
     local t0 = sys.now()
     -- A turn is sent only if the extraction can still be afforded after it.
-    local reply, err, refused = self:model_call(self.model, {system = self.system, messages = messages},
-                                                {keep = self:extract_tokens()})
+    if self.depth == 0 then self:keep_for_extraction() end
+    local reply, err, refused = self:model_call(self.model, {system = self.system, messages = messages})
     if refused then return {reason = err, extract = #self.steps > 0} end
     if not reply then return {reason = "model call failed: " .. tostring(err), error = err} end
     messages[#messages + 1] = {role = "assistant", content = reply.text}

@@ -32,18 +32,20 @@ end
 
 tests["budget refuses calls past the limit with the standard message"] = function()
   local b = budget.new{max_llm_calls = 3}
-  assert(b:reserve_calls(2))
-  local ok, msg = b:reserve_calls(2)
+  local tickets = {}
+  for k = 1, 3 do tickets[k] = assert(b:reserve{prompt_chars = 10, sub = true}) end
+  local ok, msg = b:reserve{prompt_chars = 10, sub = true}
   T.eq(ok, nil)
-  T.eq(msg, "LLM call limit exceeded: 2 + 2 > 3. Use Python code for aggregation instead of making more LLM calls.")
-  assert(b:reserve_calls(1))
-  b:add("m", {input_tokens = 10, output_tokens = 5}, 0.5)
+  T.eq(msg, "max_llm_calls: LLM call limit exceeded: 3 + 1 > 3. Use Python code for aggregation "
+    .. "instead of making more LLM calls.")
+  assert(b:reserve{prompt_chars = 10}, "a root turn is not a call made for code")
+  b:settle(tickets[1], "m", {input_tokens = 10, output_tokens = 5}, 0.5)
   T.eq(b:usage().total_tokens, 15)
   T.eq(b:usage().by_model.m.calls, 1)
-  T.eq(b:exceeded(), nil)
   local c = budget.new{max_cost = 0.4}
-  c:add("m", {input_tokens = 1, output_tokens = 1}, 0.5)
-  T.contains(c:exceeded(), "cost budget exhausted")
+  local t = assert(c:reserve{prompt_chars = 10, price = {input = 1, output = 1}})
+  c:settle(t, "m", {input_tokens = 1, output_tokens = 1}, 0.5)
+  T.contains(select(2, c:reserve{prompt_chars = 10, price = {input = 1, output = 1}}), "max_cost:")
 end
 
 tests["templates refuse unknown placeholders"] = function()

@@ -1,0 +1,249 @@
+--- Budgets as a hard wall across the whole tree, tried with a scripted model: what the model
+-- server counts is what was spent, whatever the code in the sandbox does.
+local T = require "support"
+local F = require "rlm_fixtures"
+local budget = require "rlm.budget"
+local json = require "rlm.json"
+local rlm = require "rlm"
+local sys = require "rlm.sys"
+
+local tests = {}
+
+-- What the model server billed (prompt and output tokens) and how many requests per model.
+local function billed(server)
+  local st = F.stats(server)
+  local per_model = {}
+  for _, m in ipairs(st.models or {}) do per_model[m] = (per_model[m] or 0) + 1 end
+  return st.input_tokens + st.output_tokens, per_model, st
+end
+
+-- 40 sub-calls from one block, each prompt `chars` long.
+local function forty_calls(chars)
+  return F.code(([[
+out = []
+for i in range(40):
+    try:
+        out.append(llm_query("SUB " + "w" * %d))
+    except RuntimeError as e:
+        out.append("refused: " + str(e))
+print(sum(1 for o in out if o.startswith("refused")), "refused")
+print(out[-1][:200])
+]]):format(chars))
+end
+
+tests["40 sub-calls in one block never take the server past max_tokens"] = function()
+  for _, chars in ipairs{40000, 4000, 400} do        -- ~10k, ~1k and ~100 tokens each
+    local server = F.model{rules = {
+      {match = "^SUB ", reply = string.rep("answer ", 60)},
+      {match = "run ended before SUBMIT", reply = '{"answer": "partial"}'},
+      {match = ".", reply = forty_calls(chars)},
+    }}
+    local res = rlm.run{task = "spend", context = "abc", sub_model = "openai/sub-model",
+                        max_tokens = 5000, max_iterations = 5}
+    local total, per_model = billed(server)
+    T.truthy(total <= 5000, ("%d-char prompts: the server billed %d tokens"):format(chars, total))
+    T.eq(res.usage.total_tokens, total, "the host's count is the server's")
+    T.contains(res.reason, "max_tokens")
+    T.eq(res.answer, "partial", "the extraction was kept affordable")
+    if chars == 40000 then T.eq(per_model["sub-model"], nil, "no 10k-token call was affordable") end
+    if chars == 400 then T.truthy((per_model["sub-model"] or 0) > 0, "small calls fitted") end
+  end
+end
+
+tests["max_cost holds with priced models; an unpriced model is refused before anything starts"] =
+function()
+  local prices = {["openai/root-model"] = {input = 1, output = 2},
+                  ["openai/sub-model"] = {input = 1, output = 2}}
+  local server = F.model{rules = {
+    {match = "^SUB ", reply = string.rep("answer ", 60)},
+    {match = "run ended before SUBMIT", reply = '{"answer": "partial"}'},
+    {match = ".", reply = forty_calls(4000)},
+  }}
+  local res = rlm.run{task = "spend", context = "abc", sub_model = "openai/sub-model",
+                      max_cost = 0.01, prices = prices, max_iterations = 5}
+  local st = F.stats(server)
+  T.truthy(res.usage.cost <= 0.01, ("spent $%.5f"):format(res.usage.cost))
+  -- the server's own count, priced: every request went through the host, so the same split
+  local sub = res.usage.by_model["openai/sub-model"]
+  T.truthy(sub and sub.calls < 40, "only what fitted was sent")
+  T.eq(res.usage.input_tokens + res.usage.output_tokens, st.input_tokens + st.output_tokens)
+  T.contains(res.reason, "max_cost")
+
+  local before = F.stats(server).requests
+  T.raises(function()
+    rlm.run{task = "x", context = "y", sub_model = "openai/unpriced", max_cost = 0.01,
+            prices = {["openai/root-model"] = {input = 1, output = 2}}}
+  end, "max_cost needs a price for openai/unpriced")
+  T.eq(F.stats(server).requests, before, "nothing was sent")
+end
+
+tests["llm_query(model=) is limited to the run's sub_models"] = function()
+  local server = F.model{rules = {
+    {match = "^Q", reply = "fine"},
+    {match = ".", reply = F.code([[
+try:
+    r = llm_query("Q", model="openai/expensive-model")
+except RuntimeError as e:
+    r = str(e)
+SUBMIT(answer=r)]])},
+  }}
+  local res = rlm.run{task = "pick", context = "abc", sub_model = "openai/sub-model"}
+  T.contains(res.answer, "model openai/expensive-model is not allowed in this run")
+  local _, per_model = billed(server)
+  T.eq(per_model["expensive-model"], nil)
+  res = rlm.run{task = "pick", context = "abc", sub_model = "openai/sub-model",
+                sub_models = {"openai/sub-model", "openai/expensive-model"}}
+  T.eq(res.answer, "fine")
+end
+
+tests["12 child runs under max_llm_calls = 3 make 3 model calls; a grant caps a child"] = function()
+  local server = F.model{rules = {
+    {match = "Task: child", model = "sub-model", reply = F.code("SUBMIT(answer='c')")},
+    {match = "Task: greedy", model = "sub-model", reply = F.code([[
+n = 0
+for i in range(20):
+    try:
+        llm_query("Q")
+        n += 1
+    except RuntimeError:
+        break
+SUBMIT(answer=str(n))]])},
+    {match = "^Q", reply = "q"},
+    {match = "Task: twelve", reply = F.code([[
+got = []
+for i in range(12):
+    try:
+        got.append(rlm_query("child %d" % i))
+    except RuntimeError as e:
+        got.append("refused")
+SUBMIT(answer=got)]])},
+    {match = "Task: granted", reply = F.code("SUBMIT(answer=rlm_query('greedy'))")},
+  }}
+  local res = rlm.run{task = "twelve", context = "abc", sub_model = "openai/sub-model",
+                      max_llm_calls = 3, max_depth = 3}
+  local _, per_model = billed(server)
+  T.eq(per_model["sub-model"], 3, "three child calls in all")
+  T.eq(res.usage.llm_calls, 3)
+  local answered = 0
+  for _, a in ipairs(res.answer) do if a == "c" then answered = answered + 1 end end
+  T.eq(answered, 3)
+
+  -- a child with a grant of 3 calls: its turn, then 2 llm_query calls, whatever the parent has
+  res = rlm.run{task = "granted", context = "abc", sub_model = "openai/sub-model",
+                max_llm_calls = 50, max_depth = 3, child_budget = {calls = 3}}
+  T.eq(res.answer, "2")
+  T.eq(res.usage.llm_calls, 3, "the parent's totals include the child's")
+end
+
+tests["max_time ends a sleeping block and a chain of slow sub-calls in time"] = function()
+  F.model{rules = {
+    {match = "^SLOW", reply = "done", latency_ms = 1000},
+    {match = "run ended before SUBMIT", reply = '{"answer": "late"}'},
+    {match = "Task: sleep", reply = F.code("import time\ntime.sleep(15)")},
+    {match = "Task: calls", reply = F.code("for i in range(10):\n    llm_query('SLOW %d' % i)")},
+  }}
+  for _, task in ipairs{"sleep", "calls"} do
+    local t0 = sys.now()
+    local res = rlm.run{task = task, context = "abc", sub_model = "openai/sub-model", max_time = 3}
+    local took = sys.now() - t0
+    T.truthy(took < 4, ("%s: the run took %.2f s under max_time = 3"):format(task, took))
+    T.contains(res.reason, "max_time")
+  end
+end
+
+tests["a 64-prompt batch with 50 calls left runs 50, the code sees 14 errors, the run goes on"] =
+function()
+  local server = F.model{rules = {
+    {match = "^B ", reply = "ok"},
+    {match = "refused 14", reply = F.code("SUBMIT(answer=budget())")},
+    {match = ".", reply = F.code([[
+out = llm_query_batched(["B %d" % i for i in range(64)])
+bad = [o for o in out if o.startswith("[ERROR] max_llm_calls")]
+print("refused", len(bad), "ok", out.count("ok"))]])},
+  }}
+  local res = rlm.run{task = "batch", context = "abc", sub_model = "openai/sub-model",
+                      max_llm_calls = 50, max_depth = 1}
+  T.eq(res.reason, "submitted")
+  T.eq(res.iterations, 2)
+  local _, per_model = billed(server)
+  T.eq(per_model["sub-model"], 50)
+  local seen = res.answer
+  T.eq(seen.calls, 0, "budget() agrees: no calls left")
+  T.eq(seen.used.llm_calls, res.usage.llm_calls)
+  T.eq(seen.tokens, json.null)
+  T.eq(seen.depth, 0)
+end
+
+tests["a prompt over the sub-model's context window is an error the code sees, not a request"] =
+function()
+  local server = F.model{rules = {
+    {match = "^BIG", reply = "never"},
+    {match = ".", reply = F.code([[
+out = llm_query_batched(["BIG " + "x" * 8000, "BIG small"])
+SUBMIT(answer=out)]])},
+  }}
+  local res = rlm.run{task = "window", context = "abc", sub_model = "openai/sub-model",
+                      context_windows = {["openai/sub-model"] = 1000}}
+  T.contains(res.answer[1], "[ERROR] context_window: the prompt is about 2001 tokens")
+  T.contains(res.answer[1], "context window of 1000 tokens")
+  T.eq(res.answer[2], "never")
+  local _, per_model = billed(server)
+  T.eq(per_model["sub-model"], 1)
+end
+
+tests["reservations: calls in flight never add up past a limit; grants nest"] = function()
+  local b = budget.new{max_tokens = 1000, max_llm_calls = 3}
+  local t1 = assert(b:reserve{prompt_chars = 300, output = 400, sub = true})
+  T.eq(t1.max_tokens, 400)
+  local t2 = assert(b:reserve{prompt_chars = 300, output = 400, sub = true})
+  T.truthy(t2.max_tokens < 400, "the second call gets what the first left")
+  local t3, why = b:reserve{prompt_chars = 300, output = 400, sub = true}
+  T.eq(t3, nil)
+  T.contains(why, "max_tokens:")
+  b:settle(t1, "m", {input_tokens = 50, output_tokens = 10}, 0)
+  T.truthy(b:remaining().tokens > 0)
+  local child = b:child{calls = 1}
+  assert(child:reserve{prompt_chars = 3, output = 10, sub = true})
+  T.contains(select(2, child:reserve{prompt_chars = 3, output = 10, sub = true}), "max_llm_calls")
+  T.raises(function() b:child{dollars = 1} end, "child_budget: dollars is not a grant")
+  T.raises(function() b:child(2) end, "a fraction must be in (0, 1]")
+end
+
+-- An `rlm ask` whose code runs a batch of slow sub-calls; the signal comes `after` seconds in.
+local function interrupted_batch(sig, after)
+  local server = F.model{rules = {
+    {match = "^SLOW", reply = "done", latency_ms = 3000},
+    {match = ".", reply = F.code("out = llm_query_batched(['SLOW %d' % i for i in range(8)])\n"
+                                  .. "out = llm_query_batched(['SLOW again %d' % i for i in range(8)])")},
+  }}
+  local tmp = T.tmpdir()
+  local env = {PATH = sys.getenv("PATH"), HOME = sys.getenv("HOME"), TMPDIR = tmp,
+               OPENAI_BASE_URL = server.url .. "/v1", OPENAI_API_KEY = "sk-test-key-0123456789",
+               RLM_MODEL = "openai/root-model"}
+  local proc = assert(sys.spawn{argv = {T.rlm, "ask", "slow", "--sub-model", "openai/sub-model"},
+                                env = env, stdin = "null", stdout = "pipe", stderr = "pipe"})
+  T.defer(function() proc:close() end)
+  sys.sleep(after)
+  local sent = F.stats(server).requests
+  local t0 = sys.now()
+  proc:kill(sig)
+  local how, code = sys.wait(proc, 5)
+  local took = sys.now() - t0
+  sys.sleep(0.5)
+  return {how = how, code = code, took = took, sent = sent, after = F.stats(server).requests,
+          stdout = proc:read("stdout"), stderr = proc:read("stderr"), tmp = tmp}
+end
+
+tests["SIGINT or SIGTERM during a batch ends the run at once, with nothing more sent"] = function()
+  for _, case in ipairs{{"INT", 2, 0.6}, {"INT", 2, 2}, {"TERM", 15, 1.5}} do
+    local r = interrupted_batch(case[2], case[3])
+    local what = ("SIG%s at %g s"):format(case[1], case[3])
+    T.eq({r.how, r.code}, {"exit", 128 + case[2]}, what .. ": " .. r.stderr)
+    T.truthy(r.took < 0.5, ("%s: exit took %.2f s"):format(what, r.took))
+    T.eq(r.after, r.sent, what .. ": no request after the signal")
+    T.eq(r.stdout, "", what .. ": no answer printed")
+    T.eq(sys.list_dir(r.tmp), {}, what .. ": no sandbox left")
+  end
+end
+
+return tests
