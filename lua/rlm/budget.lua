@@ -180,6 +180,25 @@ function Budget:settle(ticket, model, usage, cost)
   end
 end
 
+--- Adds usage spent outside this process (a resumed run's recorded turns) here and to every
+-- ancestor. usage: {input_tokens, output_tokens, cost, calls, llm_calls} (nil: nothing).
+function Budget:add_spent(usage, model)
+  if type(usage) ~= "table" then return end
+  local i, o = tonumber(usage.input_tokens) or 0, tonumber(usage.output_tokens) or 0
+  local b = self
+  while b do
+    b.calls = b.calls + (tonumber(usage.calls) or 1)
+    b.llm_calls = b.llm_calls + (tonumber(usage.llm_calls) or 0)
+    b.input_tokens, b.output_tokens = b.input_tokens + i, b.output_tokens + o
+    b.cost = b.cost + (tonumber(usage.cost) or 0)
+    local m = b.by_model[model] or {calls = 0, input_tokens = 0, output_tokens = 0, cost = 0}
+    m.input_tokens, m.output_tokens = m.input_tokens + i, m.output_tokens + o
+    m.cost = m.cost + (tonumber(usage.cost) or 0)
+    b.by_model[model] = m
+    b = b.parent
+  end
+end
+
 local GRANT_KEYS = {calls = "max_llm_calls", tokens = "max_tokens", cost = "max_cost",
                     seconds = "max_time"}
 

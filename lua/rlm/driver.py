@@ -42,8 +42,9 @@ Execute semantics
   sent as str decoded with surrogateescape (\\udc80-\\udcff stand for raw bytes), tuples as
   lists, ints exactly. Otherwise user code gets TypeError "SUBMIT field 'x' is not
   JSON-serialisable (set)"; fields whose JSON is longer than max_submit_bytes in all make it
-  raise ValueError naming the limit. A global `Final` bound to a new object by a block that ends
-  without error counts as SUBMIT(answer=Final).
+  raise ValueError naming the limit. When the only output is `answer`, a global `Final` bound
+  to a new object by a block that ends without error counts as SUBMIT(answer=Final) (as in
+  the paper's code); with other outputs it is an ordinary variable.
 - error is "Type: message" ("SyntaxError: msg (line L)" for syntax errors); traceback shows
   only frames outside the driver, with source lines from cells named <rlm-cell-K>.
 - timeout: SIGALRM raises TimeoutError("execution exceeded S seconds") in the user's code and
@@ -502,7 +503,7 @@ class Session:
         duration = time.perf_counter() - started
 
         final = self.ns.get("Final", MISSING)
-        if error is None and submitted is None and final is not final_before:
+        if error is None and submitted is None and final is not final_before and names == ["answer"]:
             try:
                 submitted = self.check_submit({"answer": to_json(final, "Final")})
             except (TypeError, ValueError) as e:

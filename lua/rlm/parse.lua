@@ -1,11 +1,13 @@
 --- Reading a model's reply: its code blocks and its paper-era FINAL lines.
 local M = {}
 
-local CODE_LANGS = {repl = true, python = true, py = true, [""] = true}
+local CODE_LANGS = {repl = true, python = true, python3 = true, py = true, py3 = true, [""] = true}
 
---- The code of every ```repl / ```python / ```py / unlabelled fenced block, in order.
--- Blocks in other languages (```json, ```bash ...) are shown text, not code to run.
+--- The code of every ```repl / ```python / ```python3 / ```py / unlabelled fenced block, in
+-- order. Blocks in other languages (```json, ```bash ...) are shown text, not code to run.
+-- CRLF line ends are read as LF.
 function M.code_blocks(text)
+  text = text:gsub("\r\n", "\n")
   local blocks, pos = {}, 1
   while true do
     local s, e, lang = text:find("```([%w_+-]*)[ \t]*\n", pos)
@@ -26,8 +28,14 @@ local function prose(text)
 end
 
 --- A FINAL(text) or FINAL_VAR(name) line outside code: returns {text = ...} or {var = ...}.
+-- FINAL( may open a text that goes on over several lines, up to the line ending in ")".
 function M.final(text)
-  for line in (prose(text) .. "\n"):gmatch("([^\n]*)\n") do
+  text = prose(text:gsub("\r\n", "\n"))
+  local multi = text:match("\n%s*FINAL%((.-)%)%s*$") or text:match("^%s*FINAL%((.-)%)%s*$")
+  if multi and multi:find("\n") then
+    return {text = (multi:gsub("^%s*([\"'])(.*)%1%s*$", "%2"))}
+  end
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
     local var = line:match("^%s*FINAL_VAR%((.-)%)%s*$")
     if var then
       var = var:gsub("^%s*[\"']?", ""):gsub("[\"']?%s*$", "")

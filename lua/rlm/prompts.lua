@@ -41,7 +41,8 @@ Work like this:
 4. You have {{max_iterations}} replies and {{max_llm_calls}} sub-model calls in all: batch your
    calls and aggregate their answers in Python.
 5. Call SUBMIT({{submit_signature}}) only after you have printed and checked the values.
-   (FINAL(text) or FINAL_VAR(variable_name) on a line of its own also finish.)]]
+   (FINAL(text) or FINAL_VAR(variable_name) on a line of its own also finish, and so does
+   setting a variable named Final when the only output is answer.)]]
 
 M.first = [[
 Task: {{task}}
@@ -68,6 +69,22 @@ Work so far:
 {{trajectory}}
 
 Reply with one JSON object and nothing else, with exactly these keys: {{outputs}}.]]
+
+M.compact = [[
+Your conversation for the task below has grown too long to send again. Summarise the turns
+below for yourself: what you found, the variables and functions you defined in the REPL (they
+still exist), partial results with their values, and what remains to do. Be concrete and brief.
+
+Task: {{task}}
+
+Turns so far:
+{{history}}]]
+
+M.summary = [[
+(Turns 1 to {{turns}} were summarised to keep the conversation within the model's context
+window; the REPL still holds every variable they made.)
+Summary of your work so far:
+{{summary}}]]
 
 --- Fills {{name}} placeholders from vars; raises on a name vars does not have.
 function M.render(template, vars)

@@ -31,6 +31,8 @@ M.defaults = {
   batch_concurrency = 64,     -- llm_query_batched calls in flight at once
   max_output_tokens = 8192,   -- the output cap sent with each call while max_tokens or max_cost holds
   extract_seconds = 5,        -- under max_time, kept back from the turns for the final extraction
+  history = "compact",        -- "compact" | "full" | function(messages, info) -> messages
+  compact_at = 0.8,           -- the share of the context window at which history is compacted
 }
 
 local WORKSPACE = "/home/daytona/workspace"
@@ -45,15 +47,30 @@ local function option(opts, name)
   return v
 end
 
+-- The first n characters of UTF-8 text, never cutting one in two; bytes that are not UTF-8
+-- are cut at n bytes and shown as U+FFFD, so the prompt stays valid JSON for strict parsers.
+local function head_chars(text, n)
+  if utf8.len(text) then
+    local stop = utf8.offset(text, n + 1)
+    return stop and text:sub(1, stop - 1) or text
+  end
+  return (text:sub(1, n):gsub("[\128-\255]", "\xEF\xBF\xBD"))
+end
+
+-- Length in characters (bytes when the text is not UTF-8).
+local function char_count(text)
+  return utf8.len(text) or #text
+end
+
 local function describe(value)
   if type(value) == "string" then
-    return "a str", #value, value:sub(1, 500)
+    return "a str", char_count(value), head_chars(value, 500)
   elseif value == nil then
     return "None", 0, "(no context)"
   end
   local text = json.encode(value)
   local kind = (json.is_array(value) or (#value > 0)) and "a list (from JSON)" or "a dict (from JSON)"
-  return kind, #text, text:sub(1, 500)
+  return kind, char_count(text), head_chars(text, 500)
 end
 
 -- Puts `context` into the sandbox: small values as an injected variable, large ones as a file
@@ -74,13 +91,15 @@ local function load_context(interp, context, inline_limit)
     or ("import json as _json\nwith open(%q) as _f:\n    context = _json.load(_f)\ndel _f, _json"):format(path)
   local _, r = interp:execute(code)
   if r.error then error("could not load the context into the sandbox: " .. r.error, 0) end
+  return nil, r
 end
 
 local function variables_line(vars)
   if not vars or #vars == 0 then return "(none)" end
   local parts = {}
   for _, v in ipairs(vars) do
-    parts[#parts + 1] = v.size and ("%s: %s, %s"):format(v.name, v.type, v.size) or
+    local sized = type(v.size) == "number"     -- null (json.null) for values without a length
+    parts[#parts + 1] = sized and ("%s: %s, %s"):format(v.name, v.type, v.size) or
       ("%s: %s"):format(v.name, v.type)
   end
   return table.concat(parts, "; ")
@@ -101,6 +120,17 @@ local function missing_fields(out, outputs)
     if out[name] == nil then missing[#missing + 1] = name end
   end
   return missing
+end
+
+-- SUBMIT fields the task does not ask for, sorted.
+local function unknown_fields(out, outputs)
+  local wanted, unknown = {}, {}
+  for _, name in ipairs(outputs) do wanted[name] = true end
+  for name in pairs(out) do
+    if not wanted[name] then unknown[#unknown + 1] = tostring(name) end
+  end
+  table.sort(unknown)
+  return unknown
 end
 
 --- A run: the state of one loop in the tree (root or child).
@@ -135,13 +165,17 @@ function Run:price(label)
   return llm.price(label, self.prices)
 end
 
--- Settles a reserved call with what it used; cost from the run's prices.
+-- The cost in USD of usage on label, from the run's prices (0 when unpriced).
+function Run:cost_of(label, usage)
+  local p = self:price(label)
+  local u = usage or {}
+  return p and ((u.input_tokens or 0) * p.input + (u.output_tokens or 0) * p.output) / 1e6 or 0
+end
+
+-- Settles a reserved call with what it used.
 function Run:settle(ticket, label, res)
   if not res then return self.budget:settle(ticket, label) end
-  local p = self:price(label)
-  local u = res.usage or {}
-  local cost = p and ((u.input_tokens or 0) * p.input + (u.output_tokens or 0) * p.output) / 1e6 or 0
-  self.budget:settle(ticket, label, u, cost)
+  self.budget:settle(ticket, label, res.usage or {}, self:cost_of(label, res.usage))
 end
 
 local function prompt_chars(req)
@@ -227,6 +261,48 @@ function Run:batch_output(prompts, label)
   return math.max(want, BATCH_MIN_OUTPUT)
 end
 
+-- ---------- the sub-call cache ----------
+
+-- 64-bit FNV-1a of s, in hex: a file name; the whole key is compared on reading.
+local function fnv1a(s)
+  local h = 0xcbf29ce484222325
+  for i = 1, #s do h = (h ~ s:byte(i)) * 0x100000001b3 end
+  return ("%016x"):format(h)
+end
+
+-- The cache's folder for opts.cache (true: $XDG_CACHE_HOME/rlm, else ~/.cache/rlm), or nil.
+local function cache_dir(cache)
+  if not cache then return nil end
+  if type(cache) == "string" then return cache end
+  local base = sys.getenv("XDG_CACHE_HOME")
+  if not base or base == "" then base = (sys.getenv("HOME") or "/tmp") .. "/.cache" end
+  return base .. "/rlm"
+end
+
+-- The cache entry's path and key for one sub-call.
+function Run:cache_entry(label, prompt)
+  local key = json.encode{model = label, prompt = prompt}
+  local h = fnv1a(key)
+  return ("%s/subcalls/%s/%s.json"):format(self.cache, h:sub(1, 2), h), key
+end
+
+-- A cached answer {text, usage} for a sub-call, or nil.
+function Run:cached(label, prompt)
+  if not self.cache then return nil end
+  local path, key = self:cache_entry(label, prompt)
+  local data = sys.read_file(path)
+  local entry = data and json.decode(data)
+  if type(entry) == "table" and entry.key == key and type(entry.text) == "string" then return entry end
+  return nil
+end
+
+function Run:remember(label, prompt, res)
+  if not self.cache then return end
+  local path, key = self:cache_entry(label, prompt)
+  sys.mkdir_p(path:match("^(.*)/[^/]+$"))
+  sys.write_file(path, json.encode{key = key, text = res.text, usage = res.usage})
+end
+
 -- Sub-calls from code: each prompt is checked and reserved before anything is sent; what the
 -- budget cannot afford comes back as an error string in its slot, as a failed call does, so
 -- the code sees it and the rest of the batch runs.
@@ -241,7 +317,13 @@ function Run:llm_query(prompts, model, kind)
   for i, p in ipairs(prompts) do
     local why = self:too_big(label, p)
     local ticket
-    if not why then
+    local hit = not why and self:cached(label, p)
+    if hit then
+      -- No call is made: nothing is reserved or counted but the hit and what it saved.
+      texts[i] = hit.text
+      self.cache_hits = self.cache_hits + 1
+      self.cache_saved = self.cache_saved + self:cost_of(label, hit.usage)
+    elseif not why then
       if self:time_left() == 0 then
         why = ("max_time: the run's %g s are up"):format(self.budget:binding("seconds", "max_time"))
       else
@@ -254,7 +336,7 @@ function Run:llm_query(prompts, model, kind)
       reqs[n] = {model = model, messages = {{role = "user", content = p}},
                  max_tokens = ticket.max_tokens, timeout = self:call_timeout()}
       tickets[n], slots[n] = ticket, i
-    else
+    elseif not hit then
       texts[i] = "[ERROR] " .. why
       refusal = refusal or why
     end
@@ -262,7 +344,7 @@ function Run:llm_query(prompts, model, kind)
   if kind == "llm_query" and refusal then return nil, refusal end
   local ok, results = pcall(llm.batch, reqs, {concurrency = self.batch_concurrency})
   if not ok then
-    for n, ticket in ipairs(tickets) do self.budget:settle(ticket, label) end
+    for _, ticket in ipairs(tickets) do self.budget:settle(ticket, label) end
     async.check_interrupt()
     return nil, tostring(results)
   end
@@ -271,6 +353,7 @@ function Run:llm_query(prompts, model, kind)
   for n, r in ipairs(results) do
     self:settle(tickets[n], label, not r.error and r or nil)
     texts[slots[n]] = r.error and "[ERROR] " .. tostring(r.error) or r.text
+    if not r.error then self:remember(label, prompts[slots[n]], r) end
   end
   async.check_interrupt()
   self:sub_prompt_record(kind, prompts, texts, started)
@@ -307,6 +390,27 @@ end
 
 -- The interpreter's handler for code that calls out (llm_query and friends).
 function Run:on_call(kind, args)
+  if self.recorded_calls then return self:recorded_call(kind) end
+  local results, err = self:answer_call(kind, args)
+  -- Each answer goes into the step's record, so a resume or a replay can give it again.
+  if self.step_calls then
+    self.step_calls[#self.step_calls + 1] = {kind = kind, results = results, error = err}
+  end
+  return results, err
+end
+
+-- The next recorded answer, while a recording is replayed; the code must ask in the same order.
+function Run:recorded_call(kind)
+  local call = table.remove(self.recorded_calls, 1)
+  if not call or call.kind ~= kind then
+    return nil, ("replay: the code called %s where the recording has %s"):format(
+      kind, call and call.kind or "no more calls")
+  end
+  if call.results == nil or call.results == json.null then return nil, call.error end
+  return call.results
+end
+
+function Run:answer_call(kind, args)
   for k, v in pairs(args) do
     if v == json.null then args[k] = nil end      -- Python's None
   end
@@ -341,22 +445,26 @@ end
 -- Runs one reply's code; returns the submitted fields (validated) or nil, and the output text.
 function Run:run_code(blocks, final)
   local outputs, feedback, submitted = {}, nil, nil
-  local vars
+  local vars = self.variables
   for i, code in ipairs(blocks) do
     local out, r = self.interp:execute(code, nil, {output_names = self.outputs,
                                                     deadline = self:deadline()})
     -- A restarted driver (code deaf to execute_timeout, a crash) lost every variable; the
     -- prompts promise `context` on every turn, so it goes back in.
-    if r.state_lost then load_context(self.interp, self.context, self.inline_context_chars) end
+    if r.state_lost then
+      r.variables = select(2, load_context(self.interp, self.context, self.inline_context_chars)).variables
+    end
     vars = r.variables or vars
     outputs[#outputs + 1] = (#blocks > 1 and ("[block %d]\n"):format(i) or "") .. output_text(r)
     self.steps_code[#self.steps_code + 1] = {code = code, output = outputs[#outputs],
                                               error = r.error, duration = r.duration}
     if out then
-      local missing = missing_fields(out, self.outputs)
-      if #missing == 0 then submitted = out break end
-      feedback = ("SUBMIT is missing %s. Call SUBMIT(%s) with every output.\n"):format(
-        table.concat(missing, ", "), table.concat(self.outputs, "=..., ") .. "=...")
+      local missing, unknown = missing_fields(out, self.outputs), unknown_fields(out, self.outputs)
+      if #missing == 0 and #unknown == 0 then submitted = out break end
+      feedback = #unknown > 0 and ("SUBMIT got %s, which this task does not ask for; its outputs "
+          .. "are %s.\n"):format(table.concat(unknown, ", "), table.concat(self.outputs, ", "))
+        or ("SUBMIT is missing %s. Call SUBMIT(%s) with every output.\n"):format(
+          table.concat(missing, ", "), table.concat(self.outputs, "=..., ") .. "=...")
     end
     if r.error then break end
   end
@@ -380,6 +488,7 @@ function Run:run_code(blocks, final)
   if #blocks == 0 and not final then
     feedback = "Your reply had no ```repl code block. Write code to make progress.\n"
   end
+  self.variables = vars
   return submitted, table.concat(outputs, "\n"), vars, feedback
 end
 
@@ -424,6 +533,117 @@ function Run:extract(reason)
   return obj
 end
 
+-- ---------- history ----------
+
+-- The size of a request in tokens, estimated high.
+function Run:request_tokens(messages)
+  return budget_mod.estimate_tokens(prompt_chars{system = self.system, messages = messages})
+end
+
+-- Older turns summarised into the first message by the model (the sandbox keeps its state);
+-- the last reply and its output stay as they are. Without an answer from the model, the older
+-- turns are dropped with a note saying so.
+function Run:compact(messages, before)
+  local parts = {self.summary and ("Earlier summary:\n" .. self.summary) or nil}
+  for i = 2, #messages - 2 do
+    parts[#parts + 1] = ("[%s]\n%s"):format(messages[i].role == "assistant" and "you" or "REPL",
+                                            messages[i].content)
+  end
+  local text = table.concat(parts, "\n\n")
+  -- The summary request must fit the window too: the middle of a long history goes first.
+  local room = math.floor(self.context_window * self.compact_at * 0.5) * 3
+  if #text > room then
+    text = text:sub(1, room // 2) .. "\n[...]\n" .. text:sub(-(room // 2))
+  end
+  local res, err = self:model_call(self.model, {system = self.system, messages = {{role = "user",
+    content = self:render("compact", {task = self.task, history = text})}}})
+  local summary = res and res.text or ("(the earlier turns were dropped unsummarised: %s)"):format(err)
+  local out = self:summarised(messages, summary)
+  self:record{type = "compaction", turn = self.turn, dropped = #messages - 3,
+              before_tokens = before, after_tokens = self:request_tokens(out), summary = summary}
+  return out
+end
+
+-- The history with everything before the last reply replaced by summary.
+function Run:summarised(messages, summary)
+  self.summary = summary
+  return {{role = "user", content = self.first_message .. "\n\n"
+            .. self:render("summary", {summary = summary, turns = self.turn - 1})},
+          messages[#messages - 1], messages[#messages]}
+end
+
+-- The history as it may be sent: kept whole while it fits compact_at of the model's context
+-- window, then compacted (history = "compact"), left alone ("full"), or given to the run's
+-- history function(messages, {window, limit, tokens}) -> messages.
+function Run:fit_history(messages)
+  local window = self.context_window
+  if self.history == "full" or not window then return messages end
+  local tokens, limit = self:request_tokens(messages), window * self.compact_at
+  if tokens <= limit then return messages end
+  if type(self.history) == "function" then
+    local out = self.history(messages, {window = window, limit = limit, tokens = tokens})
+    if type(out) ~= "table" or #out == 0 then
+      error("history: the function must return a non-empty list of messages", 0)
+    end
+    return out
+  end
+  if #messages < 4 then return messages end
+  return self:compact(messages, tokens)
+end
+
+-- ---------- the loop ----------
+
+-- A budget refusal's text ("max_tokens: ...") as a reason ("budget:max_tokens").
+local function budget_reason(msg)
+  local limit = tostring(msg):match("^(max_[%w_]+):")
+  return limit and "budget:" .. limit or "budget"
+end
+
+-- Runs fn(...); a failure of the sandbox comes back as false, message; an interrupt goes on up.
+local function sandbox_step(fn, ...)
+  local res = table.pack(pcall(fn, ...))
+  if res[1] then return table.unpack(res, 1, res.n) end
+  async.check_interrupt()
+  if tostring(res[2]):find("interrupted (SIG", 1, true) then error(res[2], 0) end
+  return false, tostring(res[2])
+end
+
+-- What the budget spent since `before` (a usage table).
+local function spent_since(budget, before)
+  local now = budget:usage()
+  return {calls = now.calls - before.calls, llm_calls = now.llm_calls - before.llm_calls,
+          input_tokens = now.input_tokens - before.input_tokens,
+          output_tokens = now.output_tokens - before.output_tokens, cost = now.cost - before.cost}
+end
+
+-- The reply of a turn: the recorded one while a recording is replayed (its sub-call answers
+-- queued for the code), else the model's.
+function Run:turn_reply(messages)
+  local recorded = self.replay and self.replay.steps[self.turn]
+  if recorded then
+    self.recorded_calls = {table.unpack(recorded.calls or {})}
+    local u = recorded.usage or {}
+    self.budget:add_spent({input_tokens = u.input_tokens, output_tokens = u.output_tokens,
+                           cost = self:cost_of(llm.label(self.model), u)}, llm.label(self.model))
+    self.budget:add_spent(recorded.sub_usage, "recorded sub-calls")
+    return {text = recorded.reply, usage = recorded.usage}, nil, nil, recorded
+  end
+  self.recorded_calls = nil
+  return self:model_call(self.model, {system = self.system, messages = messages})
+end
+
+-- The differences between a replayed turn's outputs and the recording's.
+function Run:compare(recorded)
+  local want = recorded.code or {}
+  for i, block in ipairs(self.steps_code) do
+    local was = want[i] and want[i].output
+    if was ~= block.output then
+      self.differences[#self.differences + 1] = {turn = self.turn, block = i,
+                                                 recorded = was, replayed = block.output}
+    end
+  end
+end
+
 function Run:loop()
   local desc_type, chars, preview = describe(self.context)
   local vars = {
@@ -434,24 +654,44 @@ function Run:loop()
     max_output_chars = self.max_output_chars, sub_capacity = self.sub_capacity,
   }
   self.system = self:render("system", vars)
-  local messages = {{role = "user", content = self:render("first", vars)}}
-  load_context(self.interp, self.context, self.inline_context_chars)
+  self.first_message = self:render("first", vars)
+  local messages = {{role = "user", content = self.first_message}}
+  local loaded, why, r = sandbox_step(load_context, self.interp, self.context, self.inline_context_chars)
+  if not loaded then return {reason = "sandbox_error", detail = why} end
+  self.variables = r and r.variables
 
   for turn = 1, self.max_iterations do
     self.turn = turn
     local t0 = sys.now()
+    if self.replay and not self.replay.steps[turn] then
+      if self.replay.only then return {reason = "replayed"} end
+      self.replay = nil
+      self:record{type = "resume", turn = turn}
+    end
     -- A turn is sent only if the extraction can still be afforded after it.
     if self.depth == 0 then self:keep_for_extraction() end
-    local reply, err, refused = self:model_call(self.model, {system = self.system, messages = messages})
-    if refused then return {reason = err, extract = #self.steps > 0} end
-    if not reply then return {reason = "model call failed: " .. tostring(err), error = err} end
+    if not self.replay then
+      messages = self:fit_history(messages)
+    elseif self.replay.compactions[turn] then
+      messages = self:summarised(messages, self.replay.compactions[turn].summary)
+    end
+    local reply, err, refused, recorded = self:turn_reply(messages)
+    if refused then return {reason = budget_reason(err), detail = err, extract = true} end
+    if not reply then
+      return {reason = "model_error", detail = "model call failed: " .. tostring(err), extract = true}
+    end
+    local request_chars = prompt_chars{system = self.system, messages = messages}
     messages[#messages + 1] = {role = "assistant", content = reply.text}
-    self.steps_code = {}
+    self.steps_code, self.step_calls = {}, {}
+    local before = self.budget:usage()
     local blocks, final = parse.code_blocks(reply.text), parse.final(reply.text)
-    local submitted, output, pyvars, feedback = self:run_code(blocks, final)
-    local step = {type = "step", turn = turn, prompt_chars = #messages[#messages - 1].content,
-                  reply = reply.text, code = self.steps_code, output = output,
-                  usage = reply.usage, duration = sys.now() - t0}
+    local ran, submitted, output, pyvars, feedback = sandbox_step(self.run_code, self, blocks, final)
+    if not ran then return {reason = "sandbox_error", detail = submitted, extract = true} end
+    if recorded then self:compare(recorded) end
+    local step = {type = "step", turn = turn, prompt_chars = request_chars, reply = reply.text,
+                  code = self.steps_code, output = output, calls = self.step_calls,
+                  usage = reply.usage, sub_usage = spent_since(self.budget, before),
+                  duration = sys.now() - t0}
     self.steps[#self.steps + 1] = step
     self:record(step)
     self:event{type = "turn", turn = turn, max_iterations = self.max_iterations,
@@ -461,7 +701,8 @@ function Run:loop()
       output = output, variables = variables_line(pyvars), feedback = feedback or "",
       turn = turn + 1, max_iterations = self.max_iterations})}
   end
-  return {reason = ("max_iterations: no SUBMIT after %d turns"):format(self.max_iterations),
+  return {reason = "max_iterations",
+          detail = ("max_iterations: no SUBMIT after %d turns"):format(self.max_iterations),
           extract = true}
 end
 
@@ -531,6 +772,9 @@ local function new_run(opts)
     extract_seconds = depth == 0 and opts.max_time
       and math.min(option(opts, "extract_seconds"), opts.max_time * 0.1) or 0,
     child_budget = opts.child_budget, context_windows = opts.context_windows,
+    history = option(opts, "history"), compact_at = option(opts, "compact_at"),
+    replay = opts._replay, differences = opts._replay and {} or nil,
+    cache = cache_dir(opts.cache), cache_hits = 0, cache_saved = 0,
     prompts = prompts, depth = depth, parent = opts._parent,
     id = ("r%d-%d"):format(sys.getpid(), run_counter),
     on_event = opts.on_event, steps = {},
@@ -543,7 +787,12 @@ local function new_run(opts)
   self.sub_models = allowed_models(opts.sub_models or {self.sub_model})
   if depth == 0 then check_prices(self) end
   if opts.child_budget ~= nil then self.budget:child(opts.child_budget) end   -- misuse shows now
-  self.tracer = opts._trace or trace.writer(opts.trace)
+  self.context_window = opts.context_window
+    or llm.context_window(llm.label(model), opts.context_windows)
+  if self.history ~= "full" and self.history ~= "compact" and type(self.history) ~= "function" then
+    error('history must be "full", "compact" or a function(messages, info) -> messages', 0)
+  end
+  self.tracer = opts._trace or trace.writer(opts.trace, opts._append)
   return self
 end
 
@@ -555,50 +804,122 @@ function M.handler(opts)
   return function(kind, args) return self:on_call(kind, args) end
 end
 
---- Runs the loop; see the module comment and README for the options.
-function M.run(opts)
-  if type(opts) ~= "table" or type(opts.task) ~= "string" or opts.task == "" then
-    error("rlm.run needs a table with a non-empty 'task' string", 2)
+-- The root run of a trajectory file: its start record, its steps by turn (the last record of a
+-- turn wins: a resumed run appends) and its compactions by turn.
+local function recorded_run(path)
+  local records, cut = trace.read(path)
+  if not records then error("cannot read the trajectory: " .. tostring(cut), 0) end
+  local start, steps, compactions = nil, {}, {}
+  for _, r in ipairs(records) do
+    if (r.depth or 0) == 0 then
+      if r.type == "start" and not start then start = r
+      elseif r.type == "step" and r.turn then steps[r.turn] = r
+      elseif r.type == "compaction" and r.turn then compactions[r.turn] = r end
+    end
   end
-  local self = new_run(opts)
-  local owns_trace = opts._trace == nil
-  self:record{type = "start", task = self.task, model = self.model, sub_model = self.sub_model,
-              outputs = self.outputs, context_chars = select(2, describe(self.context))}
-  local ok, result = pcall(function()
-    local rlm = require "rlm"
-    local interp <close> = rlm.interpreter{
+  if not start then error(path .. " holds no run (no start record)", 0) end
+  local list = {}
+  while steps[#list + 1] do list[#list + 1] = steps[#list + 1] end
+  return {start = start, steps = list, compactions = compactions, cut = cut}
+end
+
+-- The options of a run that resumes or replays `path`: what the recording says, under what
+-- opts give (the context must be given again when it was too big to record).
+local function from_recording(opts, path, only)
+  local rec = recorded_run(path)
+  local s = rec.start
+  local o = setmetatable({resume = false, task = opts.task or s.task, model = opts.model or s.model,
+                          sub_model = opts.sub_model or s.sub_model,
+                          outputs = opts.outputs or s.outputs}, {__index = opts})
+  if opts.context == nil then
+    if s.context == nil and (s.context_chars or 0) > 0 then
+      error(("%s does not hold its %d-character context: give it again (--context FILE)"):format(
+        path, s.context_chars), 0)
+    end
+    o.context = s.context
+  end
+  local got = select(2, describe(o.context))
+  if s.context_chars and got ~= s.context_chars then
+    error(("the context differs from the recorded run's (%d characters, recorded %d)"):format(
+      got, s.context_chars), 0)
+  end
+  o._replay = {steps = rec.steps, compactions = rec.compactions, only = only}
+  if not only and opts.trace == nil then o.trace, o._append = path, true end
+  return o
+end
+
+-- The interpreter of a run, started; or nil and why the sandbox could not start.
+local function start_interpreter(self, opts)
+  return sandbox_step(function()
+    local interp = require("rlm").interpreter{
       backend = option(opts, "backend"), timeout = option(opts, "timeout"),
       execute_timeout = opts.execute_timeout, max_output_chars = self.max_output_chars,
       volume_name = opts.volume_name, repo_url = opts.repo_url, repo_ref = opts.repo_ref,
       context_paths = opts.context_paths, limits = opts.limits,
       on_call = function(kind, args) return self:on_call(kind, args) end,
     }
-    self.interp = interp
-    interp:start()
-    local r = self:loop()
-    if r.extract then
-      local fields, err = self:extract(r.reason)
-      if fields then
-        r.fields, r.extracted = fields, true
-      else
-        r.reason = r.reason .. "; extraction failed: " .. tostring(err)
-      end
-    end
-    return r
+    local ok, err = pcall(interp.start, interp)
+    if not ok then interp:shutdown() error(err, 0) end
+    return interp
   end)
-  if not ok then
-    result = {reason = "error: " .. trace.redact(tostring(result)), error = trace.redact(tostring(result))}
+end
+
+-- The loop in its sandbox, and the extraction when it ended without SUBMIT.
+function Run:go(opts)
+  local started, interp = start_interpreter(self, opts)
+  if not started then return {reason = "sandbox_error", detail = interp} end
+  local _ <close> = interp
+  self.interp = interp
+  local r = self:loop()
+  -- No turn, nothing to extract from: an extraction would be paid for nothing.
+  if r.extract and #self.steps > 0 then
+    local fields, err = self:extract(r.detail or r.reason)
+    if fields then
+      r.fields, r.extracted = fields, true
+      if r.reason == "max_iterations" then r.reason = "extracted" end
+    else
+      r.detail = (r.detail or r.reason) .. "; extraction failed: " .. tostring(err)
+    end
   end
+  return r
+end
+
+--- Runs the loop; see the module comment and README for the options.
+function M.run(opts)
+  if type(opts) == "table" and opts.resume then opts = from_recording(opts, opts.resume, false) end
+  if type(opts) ~= "table" or type(opts.task) ~= "string" or opts.task == "" then
+    error("rlm.run needs a table with a non-empty 'task' string", 2)
+  end
+  local self = new_run(opts)
+  local owns_trace = opts._trace == nil
+  local chars = select(2, describe(self.context))
+  if not opts._replay or not opts._append then
+    -- A small context is kept in the record, so `rlm replay` and `--resume` need nothing else.
+    self:record{type = "start", task = self.task, model = self.model, sub_model = self.sub_model,
+                outputs = self.outputs, context_chars = chars,
+                context = chars <= self.inline_context_chars and self.context or nil}
+  end
+  local ok, result = pcall(self.go, self, opts)
+  if not ok then
+    local msg = trace.redact(tostring(result))
+    result = {reason = msg:find("interrupted (SIG", 1, true) and "interrupted" or "error",
+              detail = msg, error = msg}
+  elseif result.reason == "model_error" or result.reason == "sandbox_error" then
+    result.error = result.detail
+  end
+  result.detail = result.detail and trace.redact(result.detail)
+  result.differences = self.differences
   result.fields = result.fields or {}
   result.iterations = #self.steps
   result.depth, result.run_id = self.depth, self.id
   result.usage = self.budget:usage()
+  result.usage.cache_hits, result.usage.cache_saved = self.cache_hits, self.cache_saved
   result.submitted = result.submitted or false
   result.extracted = result.extracted or false
   for k, v in pairs(result.fields) do
     if not RESERVED[k] then result[k] = v end
   end
-  self:record{type = "final", reason = result.reason, fields = result.fields,
+  self:record{type = "final", reason = result.reason, detail = result.detail, fields = result.fields,
               extracted = result.extracted, usage = result.usage, iterations = result.iterations}
   if owns_trace then
     result.trajectory = self.tracer.records
@@ -608,6 +929,17 @@ function M.run(opts)
   if not ok and tostring(result.error):find("interrupted", 1, true) then error(result.error, 0) end
   async.check_interrupt()
   return result
+end
+
+--- Runs a recorded trajectory again against its recorded model replies and sub-call answers,
+-- with no model call, and compares each block's output with the recording. Returns the result
+-- with `differences` ({turn, block, recorded, replayed}, empty when all matched).
+function M.replay(path, opts)
+  local o = from_recording(opts or {}, path, true)
+  o.trace = nil
+  local res = M.run(o)
+  res.differences = res.differences or {}
+  return res
 end
 
 return M

@@ -42,13 +42,14 @@ end
 local Writer = {}
 Writer.__index = Writer
 
---- A trajectory sink: records are kept in memory (for the result) and, with a path, appended
--- to that file, one JSON object per line.
-function M.writer(path)
+--- A trajectory sink: records are kept in memory (for the result) and, with a path, written
+-- to that file, one JSON object per line (append: added after what the file holds, as a
+-- resumed run does).
+function M.writer(path, append)
   local f
   if path then
     local err
-    f, err = io.open(path, "w")
+    f, err = io.open(path, append and "a" or "w")
     if not f then error("cannot write the trace file: " .. err, 0) end
   end
   return setmetatable({file = f, records = {}, secrets = secrets()}, Writer)
@@ -69,18 +70,25 @@ function Writer:close()
   if self.file then self.file:close(); self.file = nil end
 end
 
---- Reads a JSONL trajectory back into a list of records.
+--- Reads a JSONL trajectory back into a list of records. A last line cut short (a crash mid-
+-- write) is left out, and `cut` (the second result) says so; a bad line elsewhere is an error.
 function M.read(path)
   local data, err = sys.read_file(path)
   if not data then return nil, err end
-  local records, n = {}, 0
+  local records, n, cut = {}, 0, false
+  local complete = data:sub(-1) == "\n"
   for line in data:gmatch("[^\n]+") do
     n = n + 1
     local rec, perr = json.decode(line)
-    if not rec then return nil, ("%s:%d: %s"):format(path, n, perr) end
-    records[#records + 1] = rec
+    if type(rec) ~= "table" then
+      local last = not complete and data:sub(-#line) == line
+      if not last then return nil, ("%s:%d: %s"):format(path, n, perr or "not a JSON object") end
+      cut = true
+    else
+      records[#records + 1] = rec
+    end
   end
-  return records
+  return records, cut
 end
 
 return M

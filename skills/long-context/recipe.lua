@@ -45,8 +45,8 @@ local res = rlm.run{task = task, context = context, backend = params.backend, mo
                       end
                     end}
 print(("answer: %s"):format(type(res.answer) == "table" and json.encode(res.answer) or tostring(res.answer)))
-print(("how: %s after %d turn(s); %d sub-calls; %d tokens; $%.4f; %.1f s"):format(res.reason,
-  res.iterations, res.usage.llm_calls, res.usage.total_tokens, res.usage.cost, res.usage.elapsed))
+print(("how: %s after %d turn(s); %d sub-calls; %d tokens; $%.4f; %.1f s"):format(
+  res.reason .. (res.detail and " (" .. res.detail .. ")" or ""), res.iterations, res.usage.llm_calls, res.usage.total_tokens, res.usage.cost, res.usage.elapsed))
 if expected then
   local right = tonumber(res.answer) == expected
   print(("check: the log has %d ERROR lines: %s"):format(expected, right and "right" or "WRONG"))

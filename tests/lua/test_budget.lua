@@ -43,7 +43,7 @@ tests["40 sub-calls in one block never take the server past max_tokens"] = funct
     local total, per_model = billed(server)
     T.truthy(total <= 5000, ("%d-char prompts: the server billed %d tokens"):format(chars, total))
     T.eq(res.usage.total_tokens, total, "the host's count is the server's")
-    T.contains(res.reason, "max_tokens")
+    T.eq(res.reason, "budget:max_tokens")
     T.eq(res.answer, "partial", "the extraction was kept affordable")
     if chars == 40000 then T.eq(per_model["sub-model"], nil, "no 10k-token call was affordable") end
     if chars == 400 then T.truthy((per_model["sub-model"] or 0) > 0, "small calls fitted") end
@@ -67,7 +67,7 @@ function()
   local sub = res.usage.by_model["openai/sub-model"]
   T.truthy(sub and sub.calls < 40, "only what fitted was sent")
   T.eq(res.usage.input_tokens + res.usage.output_tokens, st.input_tokens + st.output_tokens)
-  T.contains(res.reason, "max_cost")
+  T.eq(res.reason, "budget:max_cost")
 
   local before = F.stats(server).requests
   T.raises(function()
@@ -147,7 +147,7 @@ tests["max_time ends a sleeping block and a chain of slow sub-calls in time"] = 
     local res = rlm.run{task = task, context = "abc", sub_model = "openai/sub-model", max_time = 3}
     local took = sys.now() - t0
     T.truthy(took < 4, ("%s: the run took %.2f s under max_time = 3"):format(task, took))
-    T.contains(res.reason, "max_time")
+    T.eq(res.reason, "budget:max_time", res.detail)
   end
 end
 

@@ -96,7 +96,8 @@ tests["a model that never submits stops at max_iterations with the extraction an
   T.eq(res.submitted, false)
   T.eq(res.extracted, true)
   T.eq(res.answer, "extracted 7")
-  T.contains(res.reason, "max_iterations")
+  T.eq(res.reason, "extracted")
+  T.contains(res.detail, "max_iterations: no SUBMIT after 3 turns")
 end
 
 tests["a model that loops on llm_query is told at max_llm_calls and adapts"] = function()
@@ -160,7 +161,8 @@ end
 tests["token and cost budgets stop the run cleanly"] = function()
   local server = F.model{rules = {{match = ".", reply = F.code("print('x' * 100)")}}}
   local res = rlm.run{task = "budget", context = "abc", max_tokens = 1, max_iterations = 5}
-  T.contains(res.reason, "max_tokens: this call needs about")
+  T.eq(res.reason, "budget:max_tokens")
+  T.contains(res.detail, "max_tokens: this call needs about")
   T.eq(res.iterations, 0)
   T.eq(F.stats(server).requests, 0, "a turn that cannot be afforded is not sent")
 end
@@ -171,7 +173,9 @@ tests["a dead model server is a clear error in the result, and no sandbox is lef
   sys.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
   sys.setenv("OPENAI_API_KEY", "sk-test-key-0123456789")
   local res = rlm.run{task = "x", context = "y", model = "openai/m", llm_call_timeout = 2}
-  T.contains(res.reason, "model call failed")
+  T.eq(res.reason, "model_error")
+  T.contains(res.detail, "model call failed")
+  T.eq(res.extracted, false, "no turn, nothing to extract from")
   T.eq(#require("rlm.registry").list(), 0)
 end
 

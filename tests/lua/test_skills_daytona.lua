@@ -237,7 +237,7 @@ tests["daytona: a model that fails mid-recipe ends it with the reason and delete
   F.model{rules = {{match = "Task: How many lines", fault = "401"}}}
   local r = skill({"long-context", "--backend", "daytona"}, D.env(s, D.model_env()))
   T.eq(r.code, 1, r.stdout .. r.stderr)
-  T.contains(r.stdout, "how: model call failed")
+  T.contains(r.stdout, "how: model_error (model call failed")
   T.contains(r.stdout, "WRONG")
   T.truthy(not (r.stdout .. r.stderr):find("sk-test-key-0123456789", 1, true), "the model key is never printed")
   none_left(s, 1)

@@ -5,6 +5,9 @@ local sys = require "rlm.sys"
 
 local M = {}
 
+--- The exit code of a run that ended without an answer (the reason is on stderr).
+M.NO_ANSWER = 3
+
 M.help = [[
 usage: rlm ask "TASK" [--context FILE|-] [--model M] [--sub-model M] [--backend local|daytona]
                       [--outputs a,b] [--json] [--trace FILE.jsonl] [--max-iterations N]
@@ -20,14 +23,23 @@ Budgets hold for the whole tree of sub-calls and child runs: --max-llm-calls (ca
 for code), --max-tokens, --max-cost (needs a price for every model: rlm.prices, --prices or
 RLM_PRICES), --max-time (a deadline for everything, code included). --sub-models lists the
 models llm_query(model=...) may use (default: the sub-model).
---limit NAME=VALUE sets a resource limit of the sandboxes (as for `rlm exec`).]]
+--limit NAME=VALUE sets a resource limit of the sandboxes (as for `rlm exec`).
+History: --context-window N (tokens; default from the model's known window) and
+--history full|compact (compact: older turns are summarised near 0.8 of the window).
+--resume run.jsonl continues a run from its trajectory (the code is run again with the
+recorded answers, then the run goes on live, appending to the file); --cache keeps sub-call
+answers under $XDG_CACHE_HOME/rlm and sends no repeated sub-call.
+Exit codes: 0 an answer (submitted, or extracted when the run stopped early: the reason goes
+to stderr), 1 an error before the run could start, 2 a usage error, 3 no answer (the reason
+goes to stderr, nothing to stdout), 130/143 interrupted by SIGINT/SIGTERM.]]
 
 local SPEC = {context = "string", model = "string", sub_model = "string", backend = "string",
               outputs = "list", json = "flag", trace = "string", max_iterations = "number",
               max_llm_calls = "number", max_depth = "number", max_cost = "number",
               max_time = "number", max_tokens = "number", quiet = "flag", limit = "assign",
               execute_timeout = "number", llm_call_timeout = "number", sub_models = "list",
-              prices = "string"}
+              prices = "string", context_window = "number", history = "string",
+              resume = "string", cache = "flag"}
 
 local function read_context(path)
   if path == nil then return nil end
@@ -48,7 +60,7 @@ end
 function M.main(argv)
   local opts, rest = args.parse(argv, SPEC)
   local task = rest[1]
-  if not task or #rest > 1 then
+  if (not task and not opts.resume) or #rest > 1 then
     return args.usage("ask", "give the task as one argument", M.help)
   end
   local res = require("rlm").run{
@@ -59,22 +71,27 @@ function M.main(argv)
     max_tokens = opts.max_tokens, on_event = not opts.quiet and progress or nil,
     limits = opts.limit, execute_timeout = opts.execute_timeout,
     llm_call_timeout = opts.llm_call_timeout, sub_models = opts.sub_models, prices_file = opts.prices,
+    context_window = opts.context_window, history = opts.history, resume = opts.resume,
+    cache = opts.cache or nil,
   }
+  local answered = res.submitted or res.extracted
   if opts.json then
-    print(json.encode({fields = res.fields, reason = res.reason, iterations = res.iterations,
-                       submitted = res.submitted, extracted = res.extracted, usage = res.usage},
-                      {sort_keys = true}))
-  else
+    print(json.encode({fields = res.fields, reason = res.reason, detail = res.detail,
+                       iterations = res.iterations, submitted = res.submitted,
+                       extracted = res.extracted, usage = res.usage}, {sort_keys = true}))
+  elseif answered then
     local outputs = opts.outputs or {"answer"}
     for _, name in ipairs(outputs) do
       local v = res.fields[name]
       if #outputs > 1 then io.write(name, ": ") end
       print(type(v) == "string" and v or json.encode(v == nil and json.null or v))
     end
-    if not res.submitted then io.stderr:write("rlm ask: ", res.reason, "\n") end
   end
-  if res.error then return 1 end
-  return 0
+  if not res.submitted then
+    io.stderr:write(("rlm ask: %s%s%s\n"):format(answered and "answer extracted: " or "no answer: ",
+      res.reason, res.detail and " (" .. res.detail .. ")" or ""))
+  end
+  return answered and 0 or M.NO_ANSWER
 end
 
 return M

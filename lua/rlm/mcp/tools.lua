@@ -191,12 +191,12 @@ function M.new(cfg)
 
   local function loop_result(res, outputs)
     local fields = res.fields or {}
-    local structured = {fields = json.object(fields), reason = res.reason,
+    local structured = {fields = json.object(fields), reason = res.reason, detail = res.detail,
                         iterations = res.iterations, submitted = res.submitted,
                         extracted = res.extracted, usage = res.usage}
     if not res.submitted and not res.extracted then
-      return mcp.text_result("The run ended without an answer: " .. tostring(res.reason),
-                             structured, true)
+      return mcp.text_result(("The run ended without an answer: %s%s"):format(tostring(res.reason),
+                             res.detail and " (" .. res.detail .. ")" or ""), structured, true)
     end
     local text
     if #outputs == 1 then
