@@ -830,7 +830,11 @@ local function from_recording(opts, path, only)
   local s = rec.start
   local o = setmetatable({resume = false, task = opts.task or s.task, model = opts.model or s.model,
                           sub_model = opts.sub_model or s.sub_model,
-                          outputs = opts.outputs or s.outputs}, {__index = opts})
+                          outputs = opts.outputs or s.outputs,
+                          -- what shapes the outputs compared: the recording's settings
+                          execute_timeout = opts.execute_timeout or s.execute_timeout,
+                          max_output_chars = opts.max_output_chars or s.max_output_chars},
+                         {__index = opts})
   if opts.context == nil then
     if s.context == nil and (s.context_chars or 0) > 0 then
       error(("%s does not hold its %d-character context: give it again (--context FILE)"):format(
@@ -896,7 +900,8 @@ function M.run(opts)
   if not opts._replay or not opts._append then
     -- A small context is kept in the record, so `rlm replay` and `--resume` need nothing else.
     self:record{type = "start", task = self.task, model = self.model, sub_model = self.sub_model,
-                outputs = self.outputs, context_chars = chars,
+                outputs = self.outputs, context_chars = chars, execute_timeout = opts.execute_timeout,
+                max_output_chars = self.max_output_chars,
                 context = chars <= self.inline_context_chars and self.context or nil}
   end
   local ok, result = pcall(self.go, self, opts)
