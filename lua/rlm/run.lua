@@ -508,8 +508,11 @@ end
 local EXTRACT_CHARS = 60000
 
 function Run:extract_prompt(reason)
+  -- Within half the context window too, so the extraction itself always fits.
+  local chars = self.context_window and math.min(EXTRACT_CHARS, self.context_window * 3 // 2)
+    or EXTRACT_CHARS
   return self:render("extract", {task = self.task, reason = reason,
-                                 trajectory = self:trajectory_text(EXTRACT_CHARS),
+                                 trajectory = self:trajectory_text(chars),
                                  outputs = table.concat(self.outputs, ", ")})
 end
 

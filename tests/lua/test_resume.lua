@@ -84,6 +84,10 @@ tests["50 turns of 10,000-character outputs stay within a 32,000-token window"] 
     if i > #sizes - 10 then late = math.max(late, n) end
   end
   T.truthy(late <= early * 1.1, ("late turns %d tokens, early ones %d"):format(late, early))
+  local html = T.tmpdir() .. "/long.html"
+  local r = T.run_rlm({"trace", path, "--html", html})
+  T.eq(r.code, 0, r.stderr)
+  T.contains(assert(sys.read_file(html)), "Each turn printed 10,000 y characters")
 end
 
 -- A run whose third turn hangs, so it can be interrupted there.
@@ -138,7 +142,7 @@ tests["rlm replay: zero model requests; a changed recording is reported"] = func
   T.eq(F.stats(server).requests, before, "no model request")
 
   local text = assert(sys.read_file(path))
-  local changed = text:gsub('"output":"one\\n"', '"output":"uno\\n"', 1)
+  local changed = text:gsub('"output":"one\\n"', '"output":"uno\\n"')
   T.truthy(changed ~= text, "the recording was changed")
   assert(sys.write_file(path, changed))
   r = T.run_rlm({"replay", path}, {env = env_for(server)})

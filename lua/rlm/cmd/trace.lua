@@ -40,7 +40,8 @@ local function index(records)
   for _, r in ipairs(records) do
     local run = runs[r.run]
     if not run then
-      run = {id = r.run, depth = r.depth or 0, parent = r.parent, steps = {}, subcalls = {}}
+      run = {id = r.run, depth = r.depth or 0, parent = r.parent, steps = {}, subcalls = {},
+             compactions = {}}
       runs[r.run] = run
       order[#order + 1] = run
     end
@@ -50,6 +51,7 @@ local function index(records)
       local t = r.turn or 0
       run.subcalls[t] = run.subcalls[t] or {}
       table.insert(run.subcalls[t], r)
+    elseif r.type == "compaction" then run.compactions[r.turn or 0] = r
     elseif r.type == "final" then run.final = r
     elseif r.type == "extract" then run.extract = r end
   end
@@ -79,6 +81,11 @@ function render_run(out, run, runs)
   out[#out + 1] = ("<table><tr><td>task</td><td>%s</td></tr><tr><td>model</td><td>%s (sub-calls: %s)</td></tr></table>")
     :format(esc(st.task), esc(st.model), esc(st.sub_model))
   for _, step in ipairs(run.steps) do
+    local c = run.compactions[step.turn]
+    if c then
+      out[#out + 1] = ('<details class="sub"><summary>history compacted before turn %d <span class="meta">%s to %s tokens, %s messages summarised</span></summary><pre>%s</pre></details>')
+        :format(step.turn, c.before_tokens or "?", c.after_tokens or "?", c.dropped or "?", esc(c.summary))
+    end
     local subs = run.subcalls[step.turn] or {}
     local u = step.usage or {}
     out[#out + 1] = ('<details class="step" open><summary>Turn %d <span class="meta">%.2fs, %s in / %s out tokens, %d sub-call groups</span></summary>')
@@ -97,8 +104,8 @@ function render_run(out, run, runs)
   end
   if run.final then
     local f = run.final
-    out[#out + 1] = ('<details class="final" open><summary>Result <span class="meta">%s</span></summary><pre>%s</pre></details>')
-      :format(esc(f.reason), esc(str(f.fields)))
+    out[#out + 1] = ('<details class="final" open><summary>Result <span class="meta">%s%s</span></summary><pre>%s</pre></details>')
+      :format(esc(f.reason), f.detail and (": " .. esc(f.detail)) or "", esc(str(f.fields)))
   end
 end
 
