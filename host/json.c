@@ -244,6 +244,10 @@ static int decode_float(struct decoder *d, const char *s, size_t n)
     double v = strtod(text, NULL);
     if (text != small)
         free(text);
+    /* 1e999 would be inf, which no JSON text can carry back out: refuse it here, as a parse
+     * error the caller reports, rather than let it fail later where nobody expects it. */
+    if (isinf(v))
+        return fail_at(d, s, "number out of range");
     lua_pushnumber(d->L, v);
     return 1;
 }

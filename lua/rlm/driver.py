@@ -68,6 +68,7 @@ reply. --client prints the one event line and exits 0, or exits 2 with a message
 import builtins
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -112,10 +113,33 @@ def json_default(value):
 encode_value = json.JSONEncoder(separators=(",", ":"), default=json_default, allow_nan=False).encode
 
 
+# A number token of more digits than a double can hold (the host reads JSON numbers as doubles
+# or 64-bit integers; 10**400 would be infinite there).
+HUGE_NUMBER = re.compile(r"(?:^|[\[,:])-?\d{309,}")
+DOUBLE_MAX = 10 ** 308
+
+
+def has_huge_int(value, depth=0):
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) >= DOUBLE_MAX
+    if depth > 100:
+        return False
+    if isinstance(value, dict):
+        return any(has_huge_int(v, depth + 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(has_huge_int(v, depth + 1) for v in value)
+    return False
+
+
 def to_json(value, what):
     """The JSON text of value; TypeError naming `what` when it is not JSON."""
     try:
-        return encode_value(value)
+        text = encode_value(value)
+        # Only a text with a long digit run can hold such a number; the walk confirms it.
+        if len(text) > 308 and HUGE_NUMBER.search(text) and has_huge_int(value):
+            raise NotSerialisable("an int of 309 digits or more; JSON readers take numbers as "
+                                  "doubles: send it as str()")
+        return text
     except NotSerialisable as e:
         why = e.args[0]
     except (TypeError, ValueError, RecursionError) as e:

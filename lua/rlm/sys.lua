@@ -58,6 +58,8 @@ function M.run(argv, opts)
                                stdin = opts.input and "pipe" or "null", pass = opts.pass,
                                uid = opts.uid, gid = opts.gid, rlimits = opts.rlimits}
   if not proc then return nil, err end
+  -- Closed however this ends: a cancelled task (an MCP call closed mid-run) kills the command.
+  local _ <close> = proc
   if opts.input then
     proc:write(opts.input)
   end

@@ -27,6 +27,16 @@ tests["factorial(20) and int64 limits stay exact"] = function()
   T.eq(json.encode({2^53, 0.1, 1e300}), "[9007199254740992.0,0.1,1e+300]")
 end
 
+tests["a number no double holds is a parse error, never inf"] = function()
+  for _, text in ipairs{"1e999", "-1e999", '{"id":1e400}', "[" .. string.rep("9", 400) .. "]"} do
+    local v, err = json.decode(text)
+    T.eq(v, nil, text)
+    T.contains(err, "number out of range")
+  end
+  T.eq(json.decode("1e308"), 1e308)
+  T.eq(json.decode("1e-999"), 0.0, "underflow is a zero, which JSON can carry")
+end
+
 tests["empty arrays and objects round-trip"] = function()
   T.eq(json.encode(json.decode("[]")), "[]")
   T.eq(json.encode(json.decode("{}")), "{}")

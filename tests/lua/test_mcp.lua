@@ -116,6 +116,9 @@ tests["stdio: bad input gets the right answer and the server keeps serving"] = f
   s.send('[{"jsonrpc":"2.0","id":6,"method":"ping"}]')
   T.eq(s.recv().error.code, -32600)
   T.eq(s.call(7, "logging/setLevel", {level = "loud"}).error.code, -32602)
+  -- a number no double holds: a parse error, never a dead server
+  s.send('{"jsonrpc":"2.0","id":1e999,"method":"ping"}')
+  T.eq(s.recv().error.code, -32700)
   T.eq(s.call(8, "ping").result, json.object())
 end
 
@@ -135,7 +138,8 @@ tests["stdio: sandbox_exec runs one block; the stateful session keeps state and 
   T.eq(r.result.structuredContent.stdout, "[0, 1, 2, 255]\n")
   r = s.tool(7, "sandbox_download", {path = "data/b.bin"})
   T.eq(r.result.structuredContent.encoding, "base64")
-  T.eq(r.result.structuredContent.content, "AAEC/w==")
+  T.eq(r.result.content[1].text, "AAEC/w==", "the payload once, as text")
+  T.eq(r.result.structuredContent.content, nil)
   s.tool(8, "sandbox_upload", {path = "notes.txt", content = "héllo"})
   T.eq(s.tool(9, "sandbox_download", {path = "notes.txt"}).result.content[1].text, "héllo")
   local files = s.tool(10, "sandbox_files", {}).result.structuredContent.files
@@ -235,6 +239,58 @@ tests["stdio: progress and log notifications (fixture mode)"] = function()
 end
 
 -- ---------------------------------------------------------------- the RLM tools
+
+-- Pids of processes running exactly argv (anywhere on the host: sandboxes nest them deep).
+local function running(argv)
+  local want, out = table.concat(argv, "\0") .. "\0", {}
+  for _, name in ipairs(assert(sys.list_dir("/proc"))) do
+    if name:match("^%d+$") and sys.read_file("/proc/" .. name .. "/cmdline") == want then
+      out[#out + 1] = tonumber(name)
+    end
+  end
+  return out
+end
+
+tests["stdio: a cancelled sandbox_shell stops its command within 1 s"] = function()
+  local s = stdio_server()
+  s.send{jsonrpc = "2.0", id = 1, method = "tools/call", params = {name = "sandbox_shell",
+         arguments = {command = "sleep 1313", timeout = 2000}}}
+  wait_for("the command to run", function() return #running{"sleep", "1313"} == 1 end)
+  local t0 = sys.now()
+  s.send{jsonrpc = "2.0", method = "notifications/cancelled", params = {requestId = 1}}
+  wait_for("the command to end", function() return #running{"sleep", "1313"} == 0 end, 1)
+  T.truthy(sys.now() - t0 < 1, "gone within 1 s")
+  local r = s.tool(2, "sandbox_shell", {command = "echo next"})
+  T.eq(r.result.structuredContent.output, "next\n")
+end
+
+tests["stdio: a client written for rlm-mcp's argument names and paths is served"] = function()
+  local s = stdio_server()
+  local r = s.tool(1, "sandbox_upload", {content = "a,b\n1,2\n", path = "/home/daytona/data.csv"})
+  T.eq(r.result.isError, nil, r.result.content[1].text)
+  r = s.tool(2, "sandbox_files", {path = "/home/daytona"})
+  T.eq(r.result.isError, nil, r.result.content[1].text)
+  T.contains(r.result.content[1].text, "data.csv")
+  r = s.tool(3, "sandbox_download", {path = "/home/daytona/data.csv"})
+  T.eq(r.result.content[1].text, "a,b\n1,2\n")
+  r = s.tool(4, "sandbox_exec_stateful", {code = "print(open('data.csv').read().count(','))"})
+  T.eq(r.result.structuredContent.stdout, "2\n")
+  -- the loop tools take rlm-mcp's names too (checked without a model: the schema passes)
+  for _, c in ipairs{{"rlm_code", {description = "add two numbers"}},
+                     {"rlm_decompose", {complex_task = "plan", num_subtasks = 2}}} do
+    r = s.tool(5, c[1], c[2])
+    T.truthy(not tostring(r.result and r.result.content[1].text or ""):find("Invalid arguments", 1, true),
+             c[1] .. ": " .. json.encode(r))
+  end
+  T.eq(s.tool(6, "rlm_execute", {task = "t", context = "c"}).result.isError, true, "no model here")
+end
+
+tests["stdio: a tool's error names no source file of rlm's"] = function()
+  local s = stdio_server()
+  local r = s.tool(1, "sandbox_upload", {content = "x", path = "/etc/passwd"})
+  T.eq(r.result.isError, true)
+  T.truthy(not r.result.content[1].text:find("%.lua:%d+"), r.result.content[1].text)
+end
 
 local function answer_script(code)
   return {rules = {{match = "Task:", reply = F.code(code)}}, default = "I am not sure."}
@@ -351,6 +407,10 @@ tests["http: sessions, SSE tool calls, 202s, 404s and version checks"] = functio
   T.eq(post(url, {jsonrpc = "2.0", id = 3, method = "ping"},
             {["Mcp-Session-Id"] = sid, ["MCP-Protocol-Version"] = "1999-01-01"}).status, 400)
   T.eq(post(url, "{oops", h).status, 400)
+  res = post(url, '{"jsonrpc":"2.0","id":1e999,"method":"ping"}', h)
+  T.eq(res.status, 400)
+  T.eq(json.decode(res.body).error.code, -32700)
+  T.eq(json.decode(post(url, {jsonrpc = "2.0", id = 9, method = "ping"}, h).body).id, 9)
   T.eq(post(url, {jsonrpc = "2.0", id = 4, method = "ping"},
             {["Content-Type"] = "text/plain", ["Mcp-Session-Id"] = sid}).status, 415)
   T.eq(assert(http.request{url = url, method = "GET", headers = h}).status, 405)

@@ -263,6 +263,13 @@ class TestSubmit(DriverTest):
         self.assertIn('"small":9223372036854775807', self.d.raw.decode())
         self.assertEqual(ev["submitted"]["answer"], 15511210043330985984000000)
 
+    def test_huge_int_is_a_type_error_in_python(self):
+        ev = self.d.execute("SUBMIT(answer=10**400)")
+        self.assertIsNone(ev["submitted"])
+        self.assertIn("309 digits or more", ev["error"])
+        ev = self.d.execute("SUBMIT(answer=['1' * 400, 10**300])")
+        self.assertEqual(ev["submitted"]["answer"][0], "1" * 400, "a digit string is fine")
+
     def test_final_variable(self):
         ev = self.run_ok("Final = 'the answer'")
         self.assertEqual(ev["submitted"], {"answer": "the answer"})

@@ -67,6 +67,48 @@ describe('conformance suite over Streamable HTTP', () => {
   });
 });
 
+describe('official SDK client over stdio: big results', () => {
+  let client;
+  before(async () => {
+    const { Client } = await import('@modelcontextprotocol/sdk/client/index.js');
+    const { StdioClientTransport } = await import('@modelcontextprotocol/sdk/client/stdio.js');
+    client = new Client({ name: 'rlm-test', version: '1.0.0' });
+    await client.connect(new StdioClientTransport({ command: RLM, args: ['mcp'], stderr: 'inherit' }));
+  });
+  after(async () => { await client?.close(); });
+
+  test('a 20 MB download comes in parts, the session survives and the next call works', async () => {
+    const made = await client.callTool({ name: 'sandbox_exec_stateful', arguments: {
+      code: "import hashlib, os\ndata = os.urandom(20 * 1024 * 1024)\n" +
+            "open('big.bin', 'wb').write(data)\nprint(hashlib.sha256(data).hexdigest())" } });
+    const want = made.content[0].text.trim();
+    const parts = [];
+    let offset = 0, calls = 0;
+    for (;;) {
+      const res = await client.callTool({ name: 'sandbox_download', arguments: { path: 'big.bin', offset } });
+      assert.equal(res.isError, undefined, res.content[0].text.slice(0, 200));
+      const meta = res.structuredContent;
+      assert.equal(meta.encoding, 'base64');
+      assert.equal(meta.content, undefined, 'the payload is not sent twice');
+      parts.push(Buffer.from(res.content[0].text, 'base64'));
+      calls++;
+      if (meta.next_offset === undefined) break;
+      assert.match(res.content[1].text, /call sandbox_download with offset=\d+ for the rest/);
+      offset = meta.next_offset;
+    }
+    const { createHash } = await import('node:crypto');
+    assert.equal(createHash('sha256').update(Buffer.concat(parts)).digest('hex'), want);
+    assert.ok(calls >= 5, `${calls} parts`);
+    // a result that cannot fit: an error saying how to ask for less, not a dead session
+    const huge = await client.callTool({ name: 'sandbox_exec_stateful',
+      arguments: { code: "SUBMIT(answer='x' * (12 * 1024 * 1024))" } });
+    assert.equal(huge.isError, true);
+    assert.match(huge.content[0].text, /over this server's limit/);
+    const next = await client.callTool({ name: 'sandbox_shell', arguments: { command: 'echo alive' } });
+    assert.equal(next.structuredContent.output, 'alive\n');
+  });
+});
+
 describe('inspector CLI over stdio', () => {
   let llm, dir, env;
   // inspector-cli 1.0.3 resolves ../package.json against its cwd, so it runs one level below SDK.

@@ -8,7 +8,7 @@ local M = {}
 
 M.help = [[
 usage: rlm mcp [--http [HOST:]PORT] [--backend local|daytona] [--model PROVIDER/NAME]
-               [--execute-timeout S]
+               [--execute-timeout S] [--max-result BYTES]
 
 Serves rlm's tools over the Model Context Protocol (versions 2025-11-25, 2025-06-18,
 2025-03-26, 2024-11-05):
@@ -28,11 +28,23 @@ separated) allow others.
 
 The model and backend come from --model/--backend or RLM_MODEL/RLM_BACKEND, as for `rlm ask`.
 
+A tool result is at most --max-result bytes of JSON (default 4 MiB over stdio, where the
+official SDKs refuse messages over 10 MiB and the session would end; 16 MiB over HTTP); a
+bigger one becomes an error saying how to ask for less. sandbox_download sends a big file in
+parts (offset, length). Coming from rlm-mcp: its argument names (rlm_code description,
+rlm_decompose complex_task and num_subtasks, sandbox_files path) and its /home/daytona/...
+paths (read as under the workspace) are accepted.
+
 Test only: --fixtures (or RLM_MCP_FIXTURES=1) adds the fixture tools, resources and prompts
 that the official MCP conformance suite calls. Never use it otherwise.]]
 
 local SPEC = {http = "string", backend = "string", model = "string", execute_timeout = "number",
-              fixtures = "flag"}
+              fixtures = "flag", max_result = "number"}
+
+local MIB = 1024 * 1024
+-- What one tool result may carry by default: well under the official SDKs' 10 MiB message
+-- limit on stdio (base64 and JSON escapes grow the payload), more over HTTP.
+local MAX_RESULT = {stdio = 4 * MIB, http = 16 * MIB}
 
 local function eprint(...)
   io.stderr:write("rlm mcp: ", table.concat({...}), "\n")
@@ -61,9 +73,13 @@ end
 
 --- The server with rlm's tools (and, in test mode, the conformance fixtures).
 function M.build(opts)
+  local max_result = opts.max_result or MAX_RESULT[opts.http and "http" or "stdio"]
   local cfg = {backend = opts.backend or sys.getenv("RLM_BACKEND"),
                model = opts.model or sys.getenv("RLM_MODEL"),
-               execute_timeout = opts.execute_timeout}
+               execute_timeout = opts.execute_timeout,
+               -- a download part fits in a result: base64 grows it by 4/3, escapes by up to 6x
+               -- for control bytes in text, so take a third to be safe
+               part_bytes = math.max(1024, math.floor(max_result / 3))}
   if cfg.backend == "" then cfg.backend = nil end
   if cfg.model == "" then cfg.model = nil end
   local tools = require("rlm.mcp.tools").new(cfg)
@@ -73,7 +89,7 @@ function M.build(opts)
     instructions = "Tools for long-context work: rlm_execute/rlm_analyze run a model that " ..
       "explores large inputs by writing Python in a sandbox; sandbox_* run code directly.",
     tools = tools.list, fixtures = fixtures, log = function(text) eprint(text) end,
-    on_close = tools.close_session,
+    on_close = tools.close_session, max_result = max_result,
   }
   if fixtures then
     for _, t in ipairs(fixtures.tools) do server:add_tool(t) end

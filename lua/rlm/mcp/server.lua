@@ -92,7 +92,8 @@ Server.__index = Server
 --- opts: name, version, title, instructions, tools (list of tool definitions: name, title,
 -- description, inputSchema, outputSchema, annotations, run(args, ctx) -> result), fixtures
 -- (test-only provider of resources, prompts and completions), log(text) for diagnostics,
--- on_close(session) when a session ends.
+-- on_close(session) when a session ends, max_result (bytes: a tool result whose JSON is bigger
+-- is replaced by an error saying how to ask for less; nil: no cap).
 function M.new(opts)
   local self = setmetatable({opts = opts, tools = {}, order = {}, sessions = 0}, Server)
   for _, tool in ipairs(opts.tools or {}) do self:add_tool(tool) end
@@ -103,6 +104,18 @@ function Server:add_tool(tool)
   assert(type(tool.name) == "string" and type(tool.run) == "function", "a tool needs name and run")
   if not self.tools[tool.name] then self.order[#self.order + 1] = tool.name end
   self.tools[tool.name] = tool
+end
+
+--- result, or an error result when its JSON is over max_result: a client refuses (and a stdio
+-- session dies of) a message over its own limit, 10 MiB for the official SDKs.
+function Server:sized(result)
+  local cap = self.opts.max_result
+  if not cap then return result end
+  local ok, text = pcall(json.encode, result)
+  if ok and #text <= cap then return result end
+  return M.error_result(("The result is %s bytes, over this server's limit of %d (rlm mcp "
+    .. "--max-result). Ask for less: sandbox_download takes offset and length, and code can "
+    .. "print less or write its output to a file."):format(ok and tostring(#text) or "too many", cap))
 end
 
 function Server:log(text)
@@ -341,6 +354,10 @@ handlers["tools/call"] = function(session, params, msg, channel)
     return M.error_result("Invalid arguments for " .. tool.name .. ": arguments must be an object")
   end
   args = strip_nulls(args)
+  -- Names other servers use for the same argument (a client written for them keeps working).
+  for old, new in pairs(tool.aliases or {}) do
+    if args[old] ~= nil and args[new] == nil then args[new], args[old] = args[old], nil end
+  end
   local bad = schema.check(args, tool.inputSchema or {type = "object"})
   if bad then
     return M.error_result("Invalid arguments for " .. tool.name .. ": " .. bad)
@@ -356,12 +373,13 @@ handlers["tools/call"] = function(session, params, msg, channel)
     local ok, res = pcall(tool.run, args, ctx)
     call.finished = true
     if ok and type(res) == "table" then
-      call.result = res
+      call.result = session.server:sized(res)
     elseif ok then
       call.result = M.error_result(tool.name .. " returned no result")
     else
       session.server:log(tool.name .. " failed: " .. tostring(res))
-      call.result = M.error_result(tostring(res))
+      -- The model sees the message, not where in rlm's source it was raised.
+      call.result = M.error_result((tostring(res):gsub("^[%w_/.-]+%.lua:%d+: ", "")))
     end
     loop.ready(call.wake)
   end)

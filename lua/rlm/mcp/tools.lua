@@ -61,6 +61,38 @@ local function str(description, extra)
   return s
 end
 
+-- rlm-mcp's sandboxes kept files under /home/daytona itself; here that is the workspace.
+local HOME = "/home/daytona"
+local WORKSPACE = HOME .. "/workspace"
+
+--- A path as the backends take it: /home/daytona/... outside the workspace and the memory
+-- volume (rlm-mcp's layout) is read as under the workspace.
+local function sandbox_path(path)
+  if path == nil or path == HOME or path == HOME .. "/" then return path and WORKSPACE end
+  local rest = path:match("^" .. HOME .. "/(.*)$")
+  local top = rest and rest:match("^[^/]*")
+  if rest and top ~= "workspace" and top ~= "memory" then return WORKSPACE .. "/" .. rest end
+  return path
+end
+M.sandbox_path = sandbox_path
+
+--- The byte range [first, last) of data to send from offset, at most length bytes, never
+-- cutting a UTF-8 character when the encoding is utf-8. Returns first, last.
+function M.part(data, offset, length, encoding)
+  local first = math.min(offset, #data)
+  local last = math.min(#data, first + length)
+  if encoding == "utf-8" then
+    -- Back off to the start of a character (continuation bytes are 0x80-0xBF).
+    while last < #data and last > first and data:byte(last + 1) >= 0x80 and data:byte(last + 1) < 0xC0 do
+      last = last - 1
+    end
+    while first < #data and first > 0 and data:byte(first + 1) >= 0x80 and data:byte(first + 1) < 0xC0 do
+      first = first - 1
+    end
+  end
+  return first, last
+end
+
 local function object(properties, required)
   return {type = "object", properties = properties, required = json.array(required or {}),
           additionalProperties = false}
@@ -263,6 +295,7 @@ function M.new(cfg)
       tests = str("test cases or checks the code must pass"),
       context = str("existing code or data the task refers to"),
     }, {"task"}),
+    aliases = {description = "task"},            -- rlm-mcp's name
     annotations = {readOnlyHint = true, openWorldHint = true},
     run = function(args, ctx)
       local language = args.language or "python"
@@ -287,6 +320,7 @@ function M.new(cfg)
       max_subtasks = {type = "integer", minimum = 1, maximum = 10,
                       description = "at most this many sub-tasks (default 5)"},
     }, {"task"}),
+    aliases = {complex_task = "task", num_subtasks = "max_subtasks"},   -- rlm-mcp's names
     annotations = {readOnlyHint = false, openWorldHint = true},
     run = function(args, ctx)
       local n = args.max_subtasks or 5
@@ -390,7 +424,7 @@ function M.new(cfg)
         data = decoded
       end
       local interp, turn <close> = session_interp(ctx)
-      interp:upload(args.path, data)
+      interp:upload(sandbox_path(args.path), data)
       return mcp.text_result(("wrote %d bytes to %s"):format(#data, args.path),
                              {path = args.path, bytes = #data})
     end,
@@ -399,25 +433,41 @@ function M.new(cfg)
   add{
     name = "sandbox_download", title = "Read a file from the session's sandbox",
     description = "Read a file from the persistent sandbox. Text comes back as it is, other " ..
-      "bytes as base64 (or ask for an encoding).",
+      "bytes as base64 (or ask for an encoding). A file too big for one answer comes in parts: " ..
+      "the answer says where the next part starts (offset, in bytes of the file).",
     inputSchema = object({
       path = str("the file to read", {minLength = 1}),
       encoding = {type = "string", enum = json.array{"auto", "utf-8", "base64"},
                   description = "auto (default): utf-8 when the bytes are text, else base64"},
+      offset = {type = "integer", minimum = 0, description = "the first byte to read (default 0)"},
+      length = {type = "integer", minimum = 1, description = "at most this many bytes (default: " ..
+                "as many as one answer carries)"},
     }, {"path"}),
     outputSchema = object({path = {type = "string"}, bytes = {type = "integer"},
-                           encoding = {type = "string"}, content = {type = "string"}},
-                          {"path", "bytes", "encoding", "content"}),
+                           encoding = {type = "string"}, offset = {type = "integer"},
+                           length = {type = "integer"},
+                           next_offset = {type = "integer", description = "where the rest starts"}},
+                          {"path", "bytes", "encoding", "offset", "length"}),
     annotations = {readOnlyHint = true, openWorldHint = false},
     run = function(args, ctx)
       local interp, turn <close> = session_interp(ctx)
-      local data, err = interp:download(args.path)
+      local data, err = interp:download(sandbox_path(args.path))
       if not data then return mcp.error_result("cannot read " .. args.path .. ": " .. tostring(err)) end
       local encoding = args.encoding or "auto"
       if encoding == "auto" then encoding = utf8.len(data) and "utf-8" or "base64" end
-      local content = encoding == "base64" and M.base64_encode(data) or data
-      return mcp.text_result(content, {path = args.path, bytes = #data, encoding = encoding,
-                                       content = content})
+      local first, last = M.part(data, args.offset or 0, args.length or cfg.part_bytes, encoding)
+      local piece = data:sub(first + 1, last)
+      local content = encoding == "base64" and M.base64_encode(piece) or piece
+      local more = last < #data
+      local structured = {path = args.path, bytes = #data, encoding = encoding, offset = first,
+                          length = #piece, next_offset = more and last or nil}
+      -- The payload goes once, as text; the structured part describes it.
+      local res = mcp.text_result(content, structured)
+      if more then
+        res.content[2] = {type = "text", text = ("(bytes %d to %d of %d; call sandbox_download " ..
+          "with offset=%d for the rest)"):format(first, last, #data, last)}
+      end
+      return res
     end,
   }
 
@@ -426,13 +476,14 @@ function M.new(cfg)
     description = "List the files under a directory of the persistent sandbox (default the " ..
       "workspace), recursively, with their types and sizes.",
     inputSchema = object({dir = str("the directory to list")}),
+    aliases = {path = "dir"},                     -- rlm-mcp's name
     outputSchema = object({files = {type = "array", items = object({
       path = {type = "string"}, type = {type = "string"}, size = {type = "integer"}})}},
       {"files"}),
     annotations = {readOnlyHint = true, openWorldHint = false},
     run = function(args, ctx)
       local interp, turn <close> = session_interp(ctx)
-      local files, err = interp:files(args.dir)
+      local files, err = interp:files(sandbox_path(args.dir))
       if not files then return mcp.error_result("cannot list " .. tostring(args.dir or "the workspace") .. ": " .. tostring(err)) end
       local lines, list = {}, json.array()
       for i, f in ipairs(files) do
