@@ -1,5 +1,11 @@
 /* lhttpd.c — rlm.core.httpd: an HTTP server (libmicrohttpd) on the host's one event loop.
- *   listen{host=, port=, max_body=} -> server | nil, msg
+ *   listen{host=, port=, max_body=, per_client=, admit=} -> server | nil, msg
+ *     admit = {hosts = {names}, any_host = bool, origins = {origins}, token = str}: who may
+ *     send a request at all, checked from the headers before any body is read (a refused
+ *     request costs no memory): Host among hosts (unless any_host), Origin absent or among
+ *     origins or http(s)://<one of hosts>, and "Authorization: Bearer <token>" when a token is
+ *     set. A Content-Length over max_body is refused the same way. per_client caps the
+ *     connections one address may hold.
  *   server:port()   the bound port        server:id()   op id, ready when requests wait
  *   server:next()   -> request | nil      server:close()  (also __gc and __close)
  *   request:method() :path() :header(name) -> value | nil   :body()
@@ -16,6 +22,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include <lauxlib.h>
@@ -28,6 +35,8 @@
 #define SERVER "rlm.httpd.server"
 #define REQUEST "rlm.httpd.request"
 #define DEFAULT_MAX_BODY (64u << 20)
+#define DEFAULT_PER_CLIENT 32u
+#define MAX_CONNECTIONS 256u
 
 enum req_state { READING, WAITING, ANSWERED };
 
@@ -43,14 +52,26 @@ struct hreq {
     char *method, *path;
     struct buf body;
     enum req_state state;
-    int suspended, queued, too_large, streaming, finished;
+    int suspended, queued, too_large, streaming, finished, refused;
     int mhd_ref, lua_ref;
     struct MHD_Response *response; /* set by Lua, queued by the access handler */
     unsigned status;
     struct buf out;                /* stream bytes not yet taken by MHD */
 };
 
+/* A list of strings as one block: each NUL-terminated, an empty string at the end. */
+struct names {
+    char *block;
+};
+
+struct admission {
+    struct names hosts, origins;
+    int enabled, any_host;         /* enabled: listen was given an admit table */
+    char *token;                   /* NULL: no token needed */
+};
+
 struct server {
+    struct admission admit;
     loop *lp;
     struct MHD_Daemon *daemon;
     int epoll_fd;
@@ -153,9 +174,125 @@ static enum MHD_Result queue_plain(struct MHD_Connection *c, unsigned status, co
     if (res == NULL)
         return MHD_NO;
     MHD_add_response_header(res, "Content-Type", "text/plain");
+    if (status == 401)
+        MHD_add_response_header(res, "WWW-Authenticate", "Bearer realm=\"rlm\"");
     enum MHD_Result ok = MHD_queue_response(c, status, res);
     MHD_destroy_response(res);
     return ok;
+}
+
+/* ---- admission: who may send a body at all ---- */
+
+static int names_has(const struct names *n, const char *name, size_t len)
+{
+    for (const char *p = n->block; p && *p; p += strlen(p) + 1)
+        if (strlen(p) == len && strncasecmp(p, name, len) == 0)
+            return 1;
+    return 0;
+}
+
+/* The host part of "name:port" or "[v6]:port", as start and length. */
+static size_t host_part(const char *value, const char **start)
+{
+    *start = value;
+    if (value[0] == '[') {
+        const char *close = strchr(value, ']');
+        return close ? (size_t)(close - value + 1) : strlen(value);
+    }
+    return strcspn(value, ":");
+}
+
+static int host_allowed(const struct admission *a, const char *value)
+{
+    const char *name;
+    size_t len = host_part(value, &name);
+    return names_has(&a->hosts, name, len);
+}
+
+static int origin_allowed(const struct admission *a, const char *origin)
+{
+    if (names_has(&a->origins, origin, strlen(origin)))
+        return 1;
+    const char *rest = strncasecmp(origin, "http://", 7) == 0    ? origin + 7
+                       : strncasecmp(origin, "https://", 8) == 0 ? origin + 8
+                                                                 : NULL;
+    return rest && *rest && strchr(rest, '/') == NULL && host_allowed(a, rest);
+}
+
+/* Compares without an early exit, so the time taken does not tell how much matched. */
+static int same_secret(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned diff = (unsigned)(la ^ lb);
+    for (size_t i = 0; i < la; i++)
+        diff |= (unsigned char)a[i] ^ (unsigned char)(i < lb ? b[i] : 0);
+    return diff == 0;
+}
+
+/* Why a request may not go on (the status; *why the text), or 0. */
+static unsigned refusal(struct server *s, struct MHD_Connection *c, const char **why)
+{
+    const struct admission *a = &s->admit;
+    const char *length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (length && strtoull(length, NULL, 10) > s->max_body)
+        return *why = "request body too large\n", 413;
+    if (!a->enabled)
+        return 0;
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    if (host == NULL)
+        return *why = "missing Host header\n", 400;
+    if (!a->any_host && !host_allowed(a, host))
+        return *why = "forbidden Host\n", 403;
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin && !origin_allowed(a, origin))
+        return *why = "forbidden Origin\n", 403;
+    if (a->token) {
+        const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+        if (auth == NULL || strncasecmp(auth, "bearer", 6) != 0 || (auth[6] != ' ' && auth[6] != '\t'))
+            return *why = "missing or wrong bearer token\n", 401;
+        auth += 6;
+        while (*auth == ' ' || *auth == '\t')
+            auth++;
+        if (!same_secret(auth, a->token))
+            return *why = "missing or wrong bearer token\n", 401;
+    }
+    return 0;
+}
+
+/* A list of strings from field of the table at idx, as one block; raises on a non-string. */
+static struct names names_from(lua_State *L, int idx, const char *field)
+{
+    struct names n = {NULL};
+    struct buf b = {0};
+    lua_getfield(L, idx, field);
+    if (lua_istable(L, -1)) {
+        for (lua_Integer i = 1;; i++) {
+            if (lua_rawgeti(L, -1, i) == LUA_TNIL) {
+                lua_pop(L, 1);
+                break;
+            }
+            size_t len;
+            const char *v = lua_tolstring(L, -1, &len);
+            if (v == NULL || buf_add(&b, v, len + 1) != 0) {
+                buf_free(&b);
+                luaL_error(L, "admit.%s must be a list of strings", field);
+            }
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
+    if (buf_add(&b, "", 1) != 0)
+        luaL_error(L, "out of memory");
+    n.block = b.data;
+    return n;
+}
+
+static void admission_free(struct admission *a)
+{
+    free(a->hosts.block);
+    free(a->origins.block);
+    free(a->token);
+    memset(a, 0, sizeof *a);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -179,7 +316,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             s->live->prev = r;
         s->live = r;
         *req_cls = r;
-        return (r->method && r->path) ? MHD_YES : MHD_NO;
+        if (r->method == NULL || r->path == NULL)
+            return MHD_NO;
+        const char *why;
+        unsigned status = refusal(s, c, &why);
+        if (status) {
+            r->state = ANSWERED;
+            r->refused = 1;
+            return queue_plain(c, status, why);
+        }
+        return MHD_YES;
+    }
+    if (r->refused) {
+        *upload_size = 0;          /* a refused request's body is dropped unread */
+        return MHD_YES;
     }
     if (*upload_size) {
         if (!r->too_large && r->body.len + *upload_size <= s->max_body &&
@@ -281,7 +431,9 @@ static void server_stop(struct server *s)
 
 static int server_gc(lua_State *L)
 {
-    server_stop(luaL_checkudata(L, 1, SERVER));
+    struct server *s = luaL_checkudata(L, 1, SERVER);
+    server_stop(s);
+    admission_free(&s->admit);
     return 0;
 }
 
@@ -317,7 +469,9 @@ static int l_listen(lua_State *L)
     lua_Integer port = luaL_optinteger(L, -1, 0);
     lua_getfield(L, 1, "max_body");
     lua_Integer max_body = luaL_optinteger(L, -1, DEFAULT_MAX_BODY);
-    lua_pop(L, 2);                                  /* host stays on the stack until return */
+    lua_getfield(L, 1, "per_client");
+    lua_Integer per_client = luaL_optinteger(L, -1, DEFAULT_PER_CLIENT);
+    lua_pop(L, 3);                                  /* host stays on the stack until return */
     if (port < 0 || port > 65535)
         return luaL_error(L, "port must be 0..65535");
     struct sockaddr_storage addr;
@@ -335,6 +489,22 @@ static int l_listen(lua_State *L)
     s->epoll_fd = -1;
     s->max_body = (size_t)max_body;
     luaL_setmetatable(L, SERVER);
+    /* Every name the admission allows; with no admit table, any request is let in. */
+    lua_getfield(L, 1, "admit");
+    if (lua_istable(L, -1)) {
+        int admit = lua_gettop(L);
+        s->admit.enabled = 1;
+        s->admit.hosts = names_from(L, admit, "hosts");
+        s->admit.origins = names_from(L, admit, "origins");
+        lua_getfield(L, admit, "any_host");
+        s->admit.any_host = lua_toboolean(L, -1);
+        lua_getfield(L, admit, "token");
+        const char *token = lua_tostring(L, -1);
+        if (token && (s->admit.token = strdup(token)) == NULL)
+            return luaL_error(L, "out of memory");
+        lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
     if (addr.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
@@ -342,6 +512,8 @@ static int l_listen(lua_State *L)
                                  MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+                                 MHD_OPTION_CONNECTION_LIMIT, MAX_CONNECTIONS,
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)per_client,
                                  MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
                                  MHD_OPTION_END);
     if (s->daemon == NULL) {

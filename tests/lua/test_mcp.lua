@@ -265,7 +265,9 @@ tests["stdio: a cancelled sandbox_shell stops its command within 1 s"] = functio
 end
 
 tests["stdio: a client written for rlm-mcp's argument names and paths is served"] = function()
-  local s = stdio_server()
+  -- no model: the loop tools answer at once with an error, after their arguments passed
+  local s = stdio_server(nil, {PATH = sys.getenv("PATH"), HOME = sys.getenv("HOME"),
+                               TMPDIR = sys.getenv("TMPDIR")})
   local r = s.tool(1, "sandbox_upload", {content = "a,b\n1,2\n", path = "/home/daytona/data.csv"})
   T.eq(r.result.isError, nil, r.result.content[1].text)
   r = s.tool(2, "sandbox_files", {path = "/home/daytona"})
@@ -435,6 +437,41 @@ tests["http: foreign Host and Origin are refused; the token is checked on every 
   T.eq(post(url2, {jsonrpc = "2.0", id = 1, method = "ping"}, h).status, 401, "every request")
   h.Authorization = "Bearer s3cret-token"
   T.eq(post(url2, {jsonrpc = "2.0", id = 1, method = "ping"}, h).status, 200)
+  h.Authorization = "BEARER s3cret-token"
+  T.eq(post(url2, {jsonrpc = "2.0", id = 2, method = "ping"}, h).status, 200, "the scheme is any case")
+  res = post(url2, INIT)
+  T.eq(res.headers["www-authenticate"], 'Bearer realm="rlm"')
+end
+
+local function rss_kb(pid)
+  return tonumber(assert(sys.read_file("/proc/" .. pid .. "/status")):match("VmRSS:%s*(%d+)"))
+end
+
+tests["http: six unauthenticated 60 MB POSTs cost the server less than 20 MB"] = function()
+  local url, proc = http_server({RLM_MCP_TOKEN = "s3cret-token", PATH = sys.getenv("PATH")})
+  local port = url:match(":(%d+)/")
+  T.eq(post(url, INIT, {Authorization = "Bearer s3cret-token"}).status, 200)   -- warm up
+  local before = rss_kb(proc:pid())
+  -- 60 MB: over the body limit; 15 MB: under it, so the admission itself must refuse it
+  for _, mb in ipairs{60, 15} do
+    local body = string.rep("x", mb * 1024 * 1024)
+    for i = 1, 6 do
+      -- no token; then a foreign Host; then a foreign Origin: all refused before the body
+      local headers = i <= 2 and {} or i <= 4 and {Host = "evil.example:" .. port}
+                      or {Origin = "http://evil.example", Authorization = "Bearer s3cret-token"}
+      local res = http.request{url = url, method = "POST", body = body, headers = headers}
+      local want = mb == 60 and {[413] = true} or {[401] = true, [403] = true}
+      T.truthy(not res or want[res.status], mb .. " MB refused: " .. tostring(res and res.status))
+    end
+  end
+  local grown = rss_kb(proc:pid()) - before
+  T.truthy(grown < 20 * 1024, ("the server grew by %d kB"):format(grown))
+  -- a body over the limit is refused from its Content-Length alone
+  local res = http.request{url = url, method = "POST", body = string.rep("x", 17 * 1024 * 1024),
+                           headers = {Authorization = "Bearer s3cret-token"}}
+  T.truthy(not res or res.status == 413, "too large: " .. tostring(res and res.status))
+  T.eq(post(url, {jsonrpc = "2.0", id = 1, method = "ping"},
+            {Authorization = "Bearer s3cret-token"}).status, 400, "still serving (no session id)")
 end
 
 tests["http: binding beyond loopback needs RLM_MCP_TOKEN"] = function()

@@ -18,6 +18,9 @@ local M = {}
 M.PATH = "/mcp"
 local SESSION_IDLE = 3600        -- seconds before an idle session (and its sandbox) is closed
 local SWEEP_EVERY = 60
+local MAX_BODY = 16 * 1024 * 1024 -- one JSON-RPC message; uploads bigger than this go in parts
+local MAX_SESSIONS = 64
+local SESSION_FULL_IDLE = 60     -- when the sessions are all taken, idle this long is enough
 
 local LOCAL_NAMES = {["localhost"] = true, ["127.0.0.1"] = true, ["[::1]"] = true, ["::1"] = true}
 
@@ -31,13 +34,6 @@ local function host_name(value)
   value = value:lower()
   if value:sub(1, 1) == "[" then return value:match("^(%[[^%]]*%])") end
   return value:match("^([^:]*)")
-end
-
-local function same(a, b)
-  if #a ~= #b then return false end
-  local diff = 0
-  for i = 1, #a do diff = diff | (a:byte(i) ~ b:byte(i)) end
-  return diff == 0
 end
 
 local function random_id()
@@ -81,26 +77,14 @@ function M.new(server, opts)
   return self
 end
 
--- Why the request may not proceed (status, text), or nil.
-function Transport:refuse(req)
-  local host = req:header("Host")
-  if not host then return 400, "missing Host header" end
-  if not self.any_host and not self.hosts[host_name(host)] then
-    return 403, "forbidden Host: " .. host
-  end
-  local origin = req:header("Origin")
-  if origin then
-    local oname = origin:lower():match("^https?://([^/]+)$")
-    if not (self.origins[origin:lower()] or (oname and self.hosts[host_name(oname)])) then
-      return 403, "forbidden Origin: " .. origin
-    end
-  end
-  local token = self.opts.token
-  if token then
-    local auth = req:header("Authorization") or ""
-    local given = auth:match("^[Bb]earer%s+(.+)$")
-    if not given or not same(given, token) then return 401, "missing or wrong bearer token" end
-  end
+-- Who may send a request at all, for rlm.core.httpd, which checks it from the headers before
+-- reading any body: the Host names, the origins, the token.
+function Transport:admission()
+  local hosts = {}
+  for name in pairs(self.hosts) do hosts[#hosts + 1] = name end
+  local origins = {}
+  for o in pairs(self.origins) do origins[#origins + 1] = o end
+  return {hosts = hosts, origins = origins, any_host = self.any_host, token = self.opts.token}
 end
 
 function Transport:session_of(req)
@@ -124,7 +108,19 @@ end
 
 local DROP = {send = function() end}
 
+function Transport:count()
+  local n = 0
+  for _ in pairs(self.sessions) do n = n + 1 end
+  return n
+end
+
 function Transport:initialize(req, msg)
+  if self:count() >= MAX_SESSIONS then self:sweep(SESSION_FULL_IDLE) end
+  if self:count() >= MAX_SESSIONS then
+    return reply_json(req, 503, mcp.error_response(msg.id, mcp.INTERNAL_ERROR,
+      ("too many sessions (%d): end one with DELETE, or wait for idle ones to close"):format(
+        MAX_SESSIONS)), {["Retry-After"] = "60"})
+  end
   local session = self.server:session()
   local sid = random_id()
   session.http_id = sid
@@ -183,22 +179,17 @@ end
 
 function Transport:handle(req)
   if req:path() ~= M.PATH then return reply_text(req, 404, "not found (the endpoint is /mcp)") end
-  local status, why = self:refuse(req)
-  if status then
-    local headers = status == 401 and {["WWW-Authenticate"] = 'Bearer realm="rlm"'} or nil
-    return reply_text(req, status, why, headers)
-  end
   local method = req:method()
   if method == "POST" then return self:post(req) end
   if method == "DELETE" then return self:delete(req) end
   reply_text(req, 405, "use POST (GET streams are not offered)", {Allow = "POST, DELETE"})
 end
 
--- Closes sessions nobody has used for a while, with their sandboxes.
-function Transport:sweep()
+-- Closes sessions nobody has used for idle seconds (default SESSION_IDLE), with their sandboxes.
+function Transport:sweep(idle)
   local now = sys.now()
   for sid, session in pairs(self.sessions) do
-    if now - session.last_used > SESSION_IDLE and not session:busy() then
+    if now - session.last_used > (idle or SESSION_IDLE) and not session:busy() then
       self.sessions[sid] = nil
       session:close()
     end
@@ -215,7 +206,8 @@ end
 --- Listens and serves until interrupted. on_ready(port) is called once requests are accepted.
 function M.serve(server, opts, on_ready)
   local self = M.new(server, opts)
-  local listener <close> = assert(httpd.listen{host = opts.host or "127.0.0.1", port = opts.port or 0})
+  local listener <close> = assert(httpd.listen{host = opts.host or "127.0.0.1", port = opts.port or 0,
+                                                max_body = MAX_BODY, admit = self:admission()})
   on_ready(listener:port())
   local next_sweep = sys.now() + SWEEP_EVERY
   local ok, err = pcall(function()
