@@ -18,6 +18,7 @@
  * MHD runs without threads of its own: its epoll descriptor is watched by the loop and a loop
  * timer covers its timeouts; both call MHD_run. MHD's callbacks only queue: a finished request
  * is suspended until Lua answers, and a stream is suspended while it has nothing to send. */
+#include <errno.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -52,7 +53,8 @@ struct hreq {
     char *method, *path;
     struct buf body;
     enum req_state state;
-    int suspended, queued, too_large, streaming, finished, refused;
+    int suspended, queued, too_large, streaming, finished, refused, hung_up;
+    int watched_fd;                /* the socket watched for a hang-up while suspended; -1 */
     int mhd_ref, lua_ref;
     struct MHD_Response *response; /* set by Lua, queued by the access handler */
     unsigned status;
@@ -131,12 +133,53 @@ static void pump(struct server *s)
         s->timer = loop_timer_add(s->lp, loop_now_ms() + (double)ms, on_timer, s);
 }
 
+static void unwatch_socket(struct hreq *r)
+{
+    if (r->watched_fd >= 0)
+        loop_unwatch(r->srv->lp, r->watched_fd);
+    r->watched_fd = -1;
+}
+
 static void resume(struct hreq *r)
 {
+    unwatch_socket(r);
     if (r->suspended && r->conn) {
         r->suspended = 0;
         MHD_resume_connection(r->conn);
     }
+}
+
+/* A suspended connection is out of MHD's sight: a client that hangs up meanwhile (a dropped
+ * connection mid-call) is seen here, and the exchange is ended at once so its op id wakes
+ * whoever waits on it (an MCP call that must be cancelled). */
+static void on_hangup(void *ud, int fd, short revents)
+{
+    struct hreq *r = ud;
+    (void)revents;
+    /* Readable means EOF (the client left) or the client's next pipelined request; only EOF
+     * ends the exchange. The next request stays queued in the socket: stop watching. */
+    char byte;
+    ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) {
+        if (n > 0)
+            unwatch_socket(r);
+        return;
+    }
+    r->hung_up = 1;
+    loop_ready(r->srv->lp, r->id);
+    resume(r);                     /* MHD reads the EOF and completes the exchange */
+    pump(r->srv);
+}
+
+static void suspend(struct hreq *r)
+{
+    r->suspended = 1;
+    MHD_suspend_connection(r->conn);
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info && r->watched_fd < 0 &&
+        loop_watch(r->srv->lp, info->connect_fd, POLLIN, on_hangup, r) == 0)
+        r->watched_fd = info->connect_fd;
 }
 
 static void enqueue(struct server *s, struct hreq *r)
@@ -307,6 +350,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         r->srv = s;
         r->conn = c;
+        r->watched_fd = -1;
         r->mhd_ref = 1;
         r->id = loop_new_id(s->lp);
         r->method = strdup(method);
@@ -354,8 +398,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return queue_plain(c, 413, "request body too large\n");
     }
     r->state = WAITING;
-    r->suspended = 1;
-    MHD_suspend_connection(c);
+    suspend(r);
     enqueue(s, r);
     return MHD_YES;
 }
@@ -368,6 +411,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
     if (r == NULL)
         return;
     *req_cls = NULL;
+    unwatch_socket(r);
     r->conn = NULL;
     r->suspended = 0;
     r->mhd_ref = 0;
@@ -398,8 +442,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
     }
     if (r->finished || r->conn == NULL)
         return MHD_CONTENT_READER_END_OF_STREAM;
-    r->suspended = 1;
-    MHD_suspend_connection(r->conn);
+    suspend(r);
     return 0;
 }
 
@@ -643,7 +686,8 @@ static int r_id(lua_State *L)
 
 static int r_gone(lua_State *L)
 {
-    lua_pushboolean(L, check_request(L, 1)->conn == NULL);
+    struct hreq *r = check_request(L, 1);
+    lua_pushboolean(L, r->conn == NULL || r->hung_up);
     return 1;
 }
 

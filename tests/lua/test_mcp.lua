@@ -307,8 +307,10 @@ tests["stdio: rlm_execute runs the loop against the LLM stand-in, with progress"
   T.eq(r.result.content[1].text, "6")
   T.eq(r.result.structuredContent.fields.answer, "6")
   T.eq(r.result.structuredContent.iterations, 1)
-  T.eq(#notes, 1)
+  T.eq(#notes, 2, "a progress notification and a log line per turn")
   T.eq(notes[1].params.progress, 1)
+  T.eq(notes[2].method, "notifications/message")
+  T.contains(notes[2].params.data, "turn 1 of at most")
   local status = s.tool(2, "rlm_status").result.structuredContent
   T.eq(status.model, "openai/root-model")
   T.eq(status.usage.runs, 1)
@@ -441,6 +443,35 @@ tests["http: foreign Host and Origin are refused; the token is checked on every 
   T.eq(post(url2, {jsonrpc = "2.0", id = 2, method = "ping"}, h).status, 200, "the scheme is any case")
   res = post(url2, INIT)
   T.eq(res.headers["www-authenticate"], 'Bearer realm="rlm"')
+end
+
+tests["http: a client that drops its connection mid-call cancels the call and its sandbox"] = function()
+  local url, proc = http_server()
+  local res = post(url, INIT)
+  local sid = res.headers["mcp-session-id"]
+  local h = {["Mcp-Session-Id"] = sid, ["MCP-Protocol-Version"] = "2025-06-18"}
+  post(url, {jsonrpc = "2.0", method = "notifications/initialized"}, h)
+  local body = json.encode{jsonrpc = "2.0", id = 1, method = "tools/call", params = {
+    name = "sandbox_exec_stateful", arguments = {code = "import time\ntime.sleep(60)"}}}
+  local curl = assert(sys.spawn{argv = {"curl", "-sN", "-X", "POST", url,
+    "-H", "Content-Type: application/json", "-H", "Accept: application/json, text/event-stream",
+    "-H", "Mcp-Session-Id: " .. sid, "-H", "MCP-Protocol-Version: 2025-06-18", "--data-binary", body},
+    stdin = "null", stdout = "pipe", stderr = "pipe"})
+  T.defer(function() curl:close() end)
+  local pid = proc:pid()
+  wait_for("the session's sandbox", function() return #children(pid) == 1 end)
+  sys.sleep(0.3)
+  local t0 = sys.now()
+  curl:kill("KILL")
+  wait_for("the sandbox to end", function() return #children(pid) == 0 end, 2)
+  T.truthy(sys.now() - t0 < 2, "gone within 2 s")
+  -- the session goes on: its next call gets a fresh sandbox
+  res = post(url, {jsonrpc = "2.0", id = 2, method = "tools/call", params = {
+    name = "sandbox_exec_stateful", arguments = {code = "print('again')"}}}, h)
+  T.eq(sse_messages(res.body)[1].result.structuredContent.stdout, "again\n")
+  -- a known id is answered with its id, even when the session is unknown
+  res = post(url, {jsonrpc = "2.0", id = 7, method = "ping"}, {["Mcp-Session-Id"] = "nope"})
+  T.eq(json.decode(res.body).id, 7)
 end
 
 local function rss_kb(pid)

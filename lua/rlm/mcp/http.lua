@@ -87,19 +87,20 @@ function Transport:admission()
   return {hosts = hosts, origins = origins, any_host = self.any_host, token = self.opts.token}
 end
 
-function Transport:session_of(req)
+-- The session a request names; or nil, the status and the error reply (for request id).
+function Transport:session_of(req, id)
   local sid = req:header("Mcp-Session-Id")
   if not sid then
-    return nil, 400, mcp.error_response(nil, mcp.INVALID_REQUEST,
+    return nil, 400, mcp.error_response(id, mcp.INVALID_REQUEST,
                                         "Bad Request: the Mcp-Session-Id header is required")
   end
   local session = self.sessions[sid]
   if not session then
-    return nil, 404, mcp.error_response(nil, mcp.INVALID_REQUEST, "Session not found")
+    return nil, 404, mcp.error_response(id, mcp.INVALID_REQUEST, "Session not found")
   end
   local version = req:header("MCP-Protocol-Version")
   if version and not mcp.supported_version(version) then
-    return nil, 400, mcp.error_response(nil, mcp.INVALID_REQUEST,
+    return nil, 400, mcp.error_response(id, mcp.INVALID_REQUEST,
                                         "Bad Request: unsupported MCP-Protocol-Version " .. version)
   end
   session.last_used = sys.now()
@@ -134,6 +135,28 @@ function Transport:initialize(req, msg)
   end
 end
 
+-- While a tool call streams: a comment every KEEPALIVE seconds, so proxies do not cut a quiet
+-- stream, and a cancel of the call when the client goes away (its result has nowhere to go;
+-- the sandbox must not run on). Returns a table whose `done` ends the watch.
+local KEEPALIVE = 15
+
+local function watch_stream(req, session, id)
+  local watch = {done = false}
+  async.spawn(function()
+    while not watch.done do
+      local ended = async.await(req:id(), KEEPALIVE)
+      if watch.done then break end
+      if ended or req:gone() then
+        session:cancel(id, "the HTTP client disconnected")
+        break
+      end
+      req:send(": keep-alive\n\n")
+    end
+    async.forget(req:id())
+  end)
+  return watch
+end
+
 function Transport:post(req)
   local ctype = (req:header("Content-Type") or ""):lower()
   if not ctype:find("application/json", 1, true) then
@@ -148,7 +171,7 @@ function Transport:post(req)
   if not msg then return reply_json(req, 400, err_reply) end
   local kind = mcp.kind(msg)
   if kind == "request" and msg.method == "initialize" then return self:initialize(req, msg) end
-  local session, status, err = self:session_of(req)
+  local session, status, err = self:session_of(req, msg.id)
   if not session then return reply_json(req, status, err) end
   if kind ~= "request" then
     local reply = session:handle(msg, DROP)
@@ -159,7 +182,9 @@ function Transport:post(req)
     req:stream(200, {["Content-Type"] = "text/event-stream", ["Cache-Control"] = "no-cache",
                      ["Connection"] = "keep-alive"})
     local channel = {send = function(m) req:send(sse(m)) end}
+    local watch = watch_stream(req, session, msg.id)
     local reply = session:handle(msg, channel)
+    watch.done = true
     if reply then req:send(sse(reply)) end
     req:finish()
     return

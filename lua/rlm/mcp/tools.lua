@@ -153,6 +153,9 @@ end
 
 -- ---------------------------------------------------------------- the tool set
 
+--- Seconds a tool's code may run by default (rlm mcp --execute-timeout changes it).
+M.CALL_TIMEOUT = 300
+
 function M.new(cfg)
   cfg = cfg or {}
   local rlm = require "rlm"
@@ -162,9 +165,11 @@ function M.new(cfg)
   local running = 0
   local self = {list = {}}
 
+  -- A call's code runs for minutes, not the sandbox's lifetime: a stuck call would hold the
+  -- session's sandbox (and its lock) for a day.
   local function interpreter(lifetime)
-    return rlm.interpreter{backend = cfg.backend, execute_timeout = cfg.execute_timeout,
-                           timeout = lifetime}
+    return rlm.interpreter{backend = cfg.backend, timeout = lifetime,
+                           execute_timeout = cfg.execute_timeout or M.CALL_TIMEOUT}
   end
 
   -- The session's persistent sandbox, started on first use. Calls on it take turns: the
@@ -210,6 +215,11 @@ function M.new(cfg)
         if stage then stage(e) else
           ctx.progress(e.turn, e.max_iterations, ("turn %d of at most %d"):format(e.turn, e.max_iterations))
         end
+        -- A log line per turn: what a client shows of a long run even without progress.
+        local u = e.usage or {}
+        ctx.log("info", ("turn %d of at most %d: %d tokens, %d sub-calls, $%.4f, %.1f s"):format(
+          e.turn, e.max_iterations, u.total_tokens or 0, u.llm_calls or 0, u.cost or 0,
+          u.elapsed or 0), "rlm")
       end
     end
     -- A cancelled call's task is closed mid-run: the count drops in a <close> handler.
@@ -371,7 +381,7 @@ function M.new(cfg)
       "Nothing is kept between calls (use sandbox_exec_stateful for that).",
     inputSchema = object({
       code = str("Python source to run"),
-      timeout = {type = "number", minimum = 0.1, description = "seconds before the code is stopped"},
+      timeout = {type = "number", minimum = 0.1, description = "seconds before the code is stopped (default 300)"},
     }, {"code"}),
     outputSchema = RUN_OUTPUT,
     annotations = {readOnlyHint = false, destructiveHint = false, idempotentHint = true,
@@ -392,7 +402,7 @@ function M.new(cfg)
     inputSchema = object({
       code = str("Python source to run"),
       reset = {type = "boolean", description = "clear the Python state before running"},
-      timeout = {type = "number", minimum = 0.1, description = "seconds before the code is stopped"},
+      timeout = {type = "number", minimum = 0.1, description = "seconds before the code is stopped (default 300)"},
     }, {"code"}),
     outputSchema = RUN_OUTPUT,
     annotations = {readOnlyHint = false, destructiveHint = false, openWorldHint = false},
@@ -524,17 +534,19 @@ function M.new(cfg)
       runs_in_progress = {type = "integer"}, usage = {type = "object"},
     }, {"version", "backend", "sandboxes", "runs_in_progress", "usage"}),
     annotations = {readOnlyHint = true, openWorldHint = false},
-    run = function()
+    run = function(_, ctx)
+      -- The count is the server's; the ids only this session's own (others' are not its business).
       local ids = json.array()
-      for _, sb in ipairs(registry.list()) do ids[#ids + 1] = tostring(sb.id) end
-      table.sort(ids)
+      local mine = ctx.state.interp and ctx.state.interp.sandbox
+      if mine then ids[1] = tostring(mine.id) end
+      local live = #registry.list()
       local status = {version = require("rlm.core.host").version,
                       backend = cfg.backend or require("rlm.interpreter").defaults.backend,
-                      model = cfg.model, sandboxes = #ids, sandbox_ids = ids,
+                      model = cfg.model, sandboxes = live, sandbox_ids = ids,
                       runs_in_progress = running, usage = totals}
       local text = ("backend %s, model %s, %d live sandbox(es), %d run(s) in progress; " ..
         "usage: %d runs, %d model calls, %d tokens, $%.4f"):format(status.backend,
-        status.model or "(none: set RLM_MODEL)", #ids, running, totals.runs, totals.calls,
+        status.model or "(none: set RLM_MODEL)", live, running, totals.runs, totals.calls,
         totals.total_tokens, totals.cost)
       return mcp.text_result(text, status)
     end,
