@@ -445,26 +445,35 @@ tests["http: foreign Host and Origin are refused; the token is checked on every 
   T.eq(res.headers["www-authenticate"], 'Bearer realm="rlm"')
 end
 
+-- Starts a tools/call over SSE with curl, so the test can drop the connection by killing it.
+local function curl_call(url, h, name, args)
+  local body = json.encode{jsonrpc = "2.0", id = 1, method = "tools/call",
+                           params = {name = name, arguments = args}}
+  local argv = {"curl", "-sN", "-X", "POST", url, "-H", "Content-Type: application/json",
+                "-H", "Accept: application/json, text/event-stream", "--data-binary", body}
+  for k, v in pairs(h) do argv[#argv + 1] = "-H"; argv[#argv + 1] = k .. ": " .. v end
+  local curl = assert(sys.spawn{argv = argv, stdin = "null", stdout = "pipe", stderr = "pipe"})
+  T.defer(function() curl:close() end)
+  return curl
+end
+
 tests["http: a client that drops its connection mid-call cancels the call and its sandbox"] = function()
+  F.model(answer_script("import time\ntime.sleep(60)"))
   local url, proc = http_server()
   local res = post(url, INIT)
-  local sid = res.headers["mcp-session-id"]
-  local h = {["Mcp-Session-Id"] = sid, ["MCP-Protocol-Version"] = "2025-06-18"}
+  local h = {["Mcp-Session-Id"] = res.headers["mcp-session-id"], ["MCP-Protocol-Version"] = "2025-06-18"}
   post(url, {jsonrpc = "2.0", method = "notifications/initialized"}, h)
-  local body = json.encode{jsonrpc = "2.0", id = 1, method = "tools/call", params = {
-    name = "sandbox_exec_stateful", arguments = {code = "import time\ntime.sleep(60)"}}}
-  local curl = assert(sys.spawn{argv = {"curl", "-sN", "-X", "POST", url,
-    "-H", "Content-Type: application/json", "-H", "Accept: application/json, text/event-stream",
-    "-H", "Mcp-Session-Id: " .. sid, "-H", "MCP-Protocol-Version: 2025-06-18", "--data-binary", body},
-    stdin = "null", stdout = "pipe", stderr = "pipe"})
-  T.defer(function() curl:close() end)
   local pid = proc:pid()
-  wait_for("the session's sandbox", function() return #children(pid) == 1 end)
-  sys.sleep(0.3)
-  local t0 = sys.now()
-  curl:kill("KILL")
-  wait_for("the sandbox to end", function() return #children(pid) == 0 end, 2)
-  T.truthy(sys.now() - t0 < 2, "gone within 2 s")
+  for _, call in ipairs{{"sandbox_exec_stateful", {code = "import time\ntime.sleep(60)"}},
+                        {"rlm_execute", {task = "wait", context = "x"}}} do
+    local curl = curl_call(url, h, call[1], call[2])
+    wait_for(call[1] .. "'s sandbox", function() return #children(pid) == 1 end)
+    sys.sleep(0.3)
+    local t0 = sys.now()
+    curl:kill("KILL")
+    wait_for(call[1] .. ": the sandbox to end", function() return #children(pid) == 0 end, 2)
+    T.truthy(sys.now() - t0 < 2, call[1] .. ": gone within 2 s")
+  end
   -- the session goes on: its next call gets a fresh sandbox
   res = post(url, {jsonrpc = "2.0", id = 2, method = "tools/call", params = {
     name = "sandbox_exec_stateful", arguments = {code = "print('again')"}}}, h)
@@ -527,6 +536,29 @@ tests["http: a cancelled SSE call ends its stream without a reply"] = function()
   T.eq(res.status, 200)
   T.eq(sse_messages(res.body), {})
   wait_for("the sandbox to end", function() return #children(proc:pid()) == 0 end)
+end
+
+tests["2025-03-26 sessions take JSON-RPC batches, over stdio and HTTP"] = function()
+  local old = {jsonrpc = "2.0", id = 0, method = "initialize", params = {protocolVersion = "2025-03-26",
+               capabilities = json.object(), clientInfo = {name = "old", version = "1"}}}
+  local proc = assert(sys.spawn{argv = {T.rlm, "mcp"}, stdin = "pipe", stderr = "pipe"})
+  T.defer(function() proc:kill("KILL"); sys.wait(proc, 2); proc:close() end)
+  proc:write(json.encode(old) .. "\n")
+  T.eq(json.decode(assert(sys.read_line(proc, 10))).result.protocolVersion, "2025-03-26")
+  proc:write('[{"jsonrpc":"2.0","method":"notifications/initialized"},' ..
+             '{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/list"}]\n')
+  local replies = json.decode(assert(sys.read_line(proc, 10)))
+  T.eq(#replies, 2)
+  T.eq(replies[1].id, 1)
+  T.truthy(#replies[2].result.tools >= 11)
+
+  local url = http_server()
+  local res = post(url, old)
+  local h = {["Mcp-Session-Id"] = res.headers["mcp-session-id"], ["MCP-Protocol-Version"] = "2025-03-26"}
+  res = post(url, '[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]', h)
+  T.eq(res.status, 200)
+  T.eq(#json.decode(res.body), 2)
+  T.eq(post(url, '[{"jsonrpc":"2.0","method":"notifications/initialized"}]', h).status, 202)
 end
 
 return tests

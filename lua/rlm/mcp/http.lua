@@ -167,7 +167,18 @@ function Transport:post(req)
   if not (wants_sse or accept:find("application/json", 1, true) or accept:find("*/*", 1, true)) then
     return reply_text(req, 406, "Accept must include application/json or text/event-stream")
   end
-  local msg, err_reply = mcp.decode(req:body())
+  local body = req:body()
+  local msg, err_reply = mcp.decode(body)
+  if not msg and body:match("^%s*%[") then
+    -- A batch: allowed on sessions that speak 2025-03-26.
+    local session, status, err = self:session_of(req)
+    if not session then return reply_json(req, status, err) end
+    local list, batch = mcp.decode(body, session)
+    if not batch then return reply_json(req, 400, err_reply) end
+    local replies = session:handle_batch(list, DROP)
+    if #replies == 0 then return req:respond(202, {}, "") end
+    return reply_json(req, 200, replies)
+  end
   if not msg then return reply_json(req, 400, err_reply) end
   local kind = mcp.kind(msg)
   if kind == "request" and msg.method == "initialize" then return self:initialize(req, msg) end

@@ -39,11 +39,17 @@ function M.error_response(id, code, message, data)
   return {jsonrpc = "2.0", id = id == nil and json.null or id, error = err}
 end
 
---- Decodes one message; returns msg, or nil and the error response to send.
-function M.decode(text)
+--- Decodes one message; returns msg, or nil and the error response to send. With session on
+-- protocol 2025-03-26 (the one version that has them), a JSON-RPC batch comes back as the
+-- list of its messages and a second result `true`.
+function M.decode(text, session)
   local msg, err = json.decode(text)
   if msg == nil then
     return nil, M.error_response(nil, M.PARSE_ERROR, "Parse error: " .. tostring(err))
+  end
+  if session and session.protocol == "2025-03-26" and type(msg) == "table"
+      and json.is_array(msg) and #msg > 0 then
+    return msg, true
   end
   if type(msg) ~= "table" or json.is_array(msg) then
     local why = json.is_array(msg) and "batches are not supported" or "a message must be an object"
@@ -155,6 +161,22 @@ function Server:session()
 end
 
 local handlers = {}
+
+--- Handles every message of a batch in order; returns the list of replies (empty when the
+-- batch held only notifications and responses).
+function Session:handle_batch(list, channel)
+  local replies = json.array()
+  for _, m in ipairs(list) do
+    local reply
+    if type(m) ~= "table" or json.is_array(m) then
+      reply = M.error_response(nil, M.INVALID_REQUEST, "Invalid Request: a message must be an object")
+    else
+      reply = self:handle(m, channel)
+    end
+    if reply then replies[#replies + 1] = reply end
+  end
+  return replies
+end
 
 --- Handles one decoded message. Runs in a task (tools/call waits for its tool).
 function Session:handle(msg, channel)

@@ -23,8 +23,18 @@ local channel = {send = write}
 local running = 0     -- requests not answered yet
 
 local function dispatch(session, line)
-  local msg, err_reply = mcp.decode(line)
-  if not msg then return write(err_reply) end
+  local msg, batch = mcp.decode(line, session)
+  if not msg then return write(batch) end
+  if batch then
+    -- A 2025-03-26 batch: its replies go back together, once every message is handled.
+    running = running + 1
+    async.spawn(function()
+      local ok, replies = pcall(session.handle_batch, session, msg, channel)
+      running = running - 1
+      if ok and #replies > 0 then write(replies) end
+    end)
+    return
+  end
   -- Only tools/call may wait; everything else is answered at once, in arrival order.
   if mcp.kind(msg) ~= "request" or msg.method ~= "tools/call" then
     local reply = session:handle(msg, channel)
