@@ -109,6 +109,7 @@ local function prepare(req, level)
   local label = provider .. "/" .. name
   local key = req.api_key or env(entry.key_env)
   if key == "" then key = nil end
+  if req.api_key then require("rlm.trace").remember(req.api_key) end
   if key == nil and not entry.key_optional then
     error(("%s needs an API key: set %s (or pass api_key)"):format(label,
       entry.key_env or "the provider's key variable"), level)

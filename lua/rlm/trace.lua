@@ -5,16 +5,34 @@ local sys = require "rlm.sys"
 
 local M = {}
 
--- Environment variables whose values must never be written anywhere.
-M.secret_vars = {"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DAYTONA_API_KEY", "DAYTONA_JWT_TOKEN",
-                 "OPENROUTER_API_KEY", "RLM_MCP_TOKEN"}
+-- Environment variables whose values must never be written anywhere, besides every model
+-- provider's key variable (read from rlm.llm's table, so a provider added there is covered).
+M.secret_vars = {"DAYTONA_API_KEY", "DAYTONA_JWT_TOKEN", "RLM_MCP_TOKEN"}
+
+local remembered = {}      -- keys given per call (api_key = ...), never in the environment
+
+--- Treats value as a secret from now on (a key passed to a call rather than set in the
+-- environment).
+function M.remember(value)
+  if type(value) == "string" and #value >= 8 then remembered[value] = true end
+end
+
+local function secret_names()
+  local names = {}
+  for _, n in ipairs(M.secret_vars) do names[#names + 1] = n end
+  for _, p in pairs(require("rlm.llm").providers) do
+    if p.key_env then names[#names + 1] = p.key_env end
+  end
+  return names
+end
 
 local function secrets()
   local out = {}
-  for _, name in ipairs(M.secret_vars) do
+  for _, name in ipairs(secret_names()) do
     local v = sys.getenv(name)
     if v and #v >= 8 then out[#out + 1] = v end
   end
+  for v in pairs(remembered) do out[#out + 1] = v end
   return out
 end
 
@@ -52,11 +70,11 @@ function M.writer(path, append)
     f, err = io.open(path, append and "a" or "w")
     if not f then error("cannot write the trace file: " .. err, 0) end
   end
-  return setmetatable({file = f, records = {}, secrets = secrets()}, Writer)
+  return setmetatable({file = f, records = {}}, Writer)
 end
 
 function Writer:write(record)
-  record = scrub(record, self.secrets)
+  record = scrub(record, secrets())     -- read each time: a key may be given mid-run
   record.t = record.t or sys.time()
   self.records[#self.records + 1] = record
   if self.file then

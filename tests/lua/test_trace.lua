@@ -26,6 +26,29 @@ local function browse(path)
   return r.stdout, errors
 end
 
+tests["every provider's key and a per-call api_key are redacted from trajectories"] = function()
+  local saved = {}
+  for _, name in ipairs{"GROQ_API_KEY", "DEEPSEEK_API_KEY", "MISTRAL_API_KEY", "TOGETHER_API_KEY",
+                        "RLM_LOCAL_API_KEY", "OPENROUTER_API_KEY"} do
+    saved[name] = sys.getenv(name)
+    sys.setenv(name, "sk-" .. name:lower() .. "-0123456789")
+  end
+  T.defer(function() for k, v in pairs(saved) do sys.setenv(k, v) end end)
+  local w = trace.writer()
+  local text = ""
+  for name in pairs(saved) do text = text .. " " .. sys.getenv(name) end
+  -- a key given to one call only, never in the environment
+  pcall(require("rlm.llm").complete, {model = "local/m", api_key = "sk-per-call-key-99999",
+                                       base_url = "http://127.0.0.1:1/v1", retries = 0, timeout = 1,
+                                       messages = {{role = "user", content = "x"}}})
+  local rec = w:write{type = "step", reply = text .. " sk-per-call-key-99999"}
+  for name in pairs(saved) do
+    T.truthy(not rec.reply:find(sys.getenv(name), 1, true), name .. " leaked")
+  end
+  T.truthy(not rec.reply:find("sk-per-call-key-99999", 1, true), "the per-call key leaked")
+  T.contains(rec.reply, "[redacted]")
+end
+
 tests["the browser check sees console errors (so it can fail)"] = function()
   local page = T.tmpdir() .. "/bad.html"
   assert(sys.write_file(page, "<html><body><script>no_such_function()</script></body></html>"))
