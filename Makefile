@@ -47,7 +47,7 @@ build/libhost.a: $(HOST_OBJ) build/embedded.o
 	$(AR) rcs $@ $^
 
 rlm: build/main.o build/libhost.a
-	$(CC) -o $@ $^ $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 # Check runner: every tests/check_<area>.c exports make_<area>_suite().
 build/suites.h: $(CHECK_SRC) | build/.dir

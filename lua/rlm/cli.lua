@@ -1,5 +1,6 @@
 --- The `rlm` command line. main(args) returns the exit status.
 local host = require "rlm.core.host"
+local flags = require "rlm.args"
 
 local M = {}
 
@@ -23,6 +24,9 @@ commands:
 Run `rlm COMMAND --help` for a command's options.
 Environment: RLM_LUA_PATH=DIR[:DIR] loads Lua modules from DIR before the embedded ones.]]
 
+--- Exit codes, the same for every command (the README's table).
+M.EXIT = {ok = 0, failed = 1, usage = 2, no_answer = 3}
+
 local function eprint(...)
   io.stderr:write(table.concat({...}, ""), "\n")
 end
@@ -35,8 +39,11 @@ local plain_errors = false
 -- a traceback on stderr and returns false.
 local function protected(fn, ...)
   local ok, err = xpcall(fn, function(e)
-    if plain_errors and type(e) == "string" and not e:match("^[^\n]-:%d+: ") then
-      return e
+    if getmetatable(e) == flags.USAGE then return e end
+    -- A command's error is one line for the user; where in rlm it was raised (and the
+    -- traceback) is for RLM_DEBUG=1.
+    if plain_errors and type(e) == "string" and not os.getenv("RLM_DEBUG") then
+      return (e:gsub("^[%w_/.-]+%.lua:%d+: ", ""))
     end
     if type(e) ~= "string" then
       local mt = getmetatable(e)
@@ -46,7 +53,7 @@ local function protected(fn, ...)
     local tb = debug.traceback(e, 2)
     return (tb:gsub("\n\t%[C%]: in function 'xpcall'.*$", ""))
   end, ...)
-  if not ok then eprint("rlm: ", err) end
+  if not ok then eprint("rlm: ", tostring(err)) end
   return ok, err
 end
 
@@ -90,7 +97,13 @@ one message with a traceback and exits 1; a script may return an integer exit st
       eprint("rlm run: missing FILE.lua\n\n", commands.run.help)
       return 2
     end
-    local chunk, err = loadfile(file, "t")
+    -- "-" reads the script from stdin, as `lua -` does
+    local chunk, err
+    if file == "-" then
+      chunk, err = load(io.stdin:read("a"), "=stdin", "t")
+    else
+      chunk, err = loadfile(file, "t")
+    end
     if not chunk then
       eprint("rlm: ", err)
       return 1
@@ -183,7 +196,11 @@ function M.main(argv)
   end
   local ok, status = protected(cmd.run, rest)
   os.exit = exit
-  status = not ok and 1 or math.type(status) == "integer" and status or 0
+  if not ok then
+    status = getmetatable(status) == flags.USAGE and M.EXIT.usage or M.EXIT.failed
+  else
+    status = math.type(status) == "integer" and status or 0
+  end
   end_sandboxes()
   return status
 end

@@ -433,7 +433,7 @@ class Session:
             self.late_alarm = True
             return
         self.timed_out = True
-        raise TimeoutError(f"execution exceeded {self.timeout:g} seconds")
+        raise TimeoutError(f"execution exceeded {self.timeout:.3g} seconds")
 
     # -- requests
 
@@ -518,6 +518,10 @@ class Session:
             self.run(code, filename, timeout)
         except Submitted as s:
             submitted = s.fields
+        except SystemExit as e:
+            # sys.exit() / sys.exit(0) ends the block as a script ends: not an error
+            if e.code not in (None, 0):
+                error, traceback_text = error_text(e), self.format_traceback(e)
         except BaseException as e:
             if isinstance(e, MemoryError):
                 self.reserve = None  # room to report it; taken back below when there is some

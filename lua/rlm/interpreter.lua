@@ -67,7 +67,29 @@ local OPTIONS = {backend = true, timeout = true, execute_timeout = true, volume_
                  -- without on_call, these give the code llm_query / rlm_query through rlm.run's
                  -- handler, with its budget (see M.new)
                  model = true, sub_model = true, max_llm_calls = true, llm_call_timeout = true,
-                 max_depth = true, max_tokens = true, max_cost = true}
+                 max_depth = true, max_tokens = true, max_cost = true, child_max_iterations = true,
+                 -- fleet-rlm's: here no execute ever blocks other tasks, so it changes nothing
+                 async_execute = true}
+M.options = OPTIONS
+
+--- The names fleet-rlm and DSPy use for the same options, accepted as they are.
+M.aliases = {sub_lm = "sub_model", max_recursion_depth = "max_depth",
+             delegate_max_iterations = "child_max_iterations"}
+
+--- opts with the aliases renamed (a copy); an alias and its name both given is an error.
+function M.unalias(opts, level)
+  local out = {}
+  for k, v in pairs(opts) do out[k] = v end
+  for alias, name in pairs(M.aliases) do
+    if out[alias] ~= nil then
+      if out[name] ~= nil then
+        error(("%s and %s are the same option: give one"):format(alias, name), level + 1)
+      end
+      out[name], out[alias] = out[alias], nil
+    end
+  end
+  return out
+end
 
 -- Seconds the host waits past the driver's own timeout before it kills the driver: the driver
 -- stops a runaway block itself; this only catches code that ignores signals.
@@ -109,10 +131,31 @@ local function check_env(env)
   end
 end
 
+--- Whether name is an interpreter option (for backend, or for any backend when nil).
+function M.accepts(name, backend)
+  if OPTIONS[name] then return true end
+  for key, module in pairs(M.backends) do
+    if backend == nil or key == backend then
+      local ok, b = pcall(require, module)
+      if ok and b.options and b.options[name] then return true end
+    end
+  end
+  return false
+end
+
+-- Every option name backend takes, for "did you mean".
+local function option_names(backend)
+  local names = {}
+  for k in pairs(OPTIONS) do names[#names + 1] = k end
+  for k in pairs(backend.options or {}) do names[#names + 1] = k end
+  for k in pairs(M.aliases) do names[#names + 1] = k end
+  return names
+end
+
 local function validate(opts, backend)
   for k in pairs(opts) do
     if not OPTIONS[k] and not (backend.options and backend.options[k]) then
-      error(("unknown interpreter option %q"):format(tostring(k)), 3)
+      error(require("rlm.args").unknown("interpreter option", k, option_names(backend)), 3)
     end
   end
   for _, k in ipairs{"timeout", "execute_timeout", "start_timeout"} do
@@ -136,7 +179,7 @@ function M.new(opts)
   if type(opts) ~= "table" then error("rlm.interpreter takes a table of options", 2) end
   local merged = {}
   for k, v in pairs(M.defaults) do merged[k] = v end
-  for k, v in pairs(opts) do merged[k] = v end
+  for k, v in pairs(M.unalias(opts, 2)) do merged[k] = v end
   local backend = load_backend(merged.backend)
   validate(merged, backend)
   merged.limits = limits.resolve(merged.limits, 2)
@@ -303,6 +346,12 @@ function Interp:execute(code, variables, opts)
   local req = {op = "execute", id = self.request_id, code = code, timeout = timeout,
                max_output_chars = self.opts.max_output_chars,
                max_submit_bytes = self.opts.limits.submit}
+  for k in pairs(variables or {}) do
+    if type(k) ~= "string" or not k:match("^[%a_][%w_]*$") then
+      error(("execute: variables must be name = value with Python names as keys (got %s %s)")
+        :format(type(k), tostring(k)), 2)
+    end
+  end
   if variables and next(variables) ~= nil then
     local encodable, err = pcall(json.encode, variables)
     if not encodable then error("execute: variables must be JSON values: " .. tostring(err), 2) end

@@ -284,12 +284,18 @@ end
 
 --- Many calls at once, at most opts.concurrency (default llm.concurrency) in flight. Returns
 -- the results in input order; a failed call's slot is {error = message, kind, status,
--- attempts}, and the others are unaffected. Every request is checked before any is sent.
+-- attempts}, and the others are unaffected. A request that cannot be sent at all (no key, an
+-- unknown provider) fails its own slot (kind "misuse"), not the batch.
 function M.batch(reqs, opts)
   if type(reqs) ~= "table" then error("llm.batch takes a list of requests", 2) end
   local prepared = {}
-  for i, req in ipairs(reqs) do prepared[i] = table.pack(prepare(req, 2)) end
+  for i, req in ipairs(reqs) do
+    local ok, creq, label, on_delta = pcall(prepare, req, 2)
+    prepared[i] = ok and table.pack(creq, label, on_delta)
+                  or {misuse = tostring(creq):gsub("^[^:]*:%d+: ", "")}
+  end
   local slots = async.map(prepared, function(p)
+    if p.misuse then return {error = p.misuse, kind = "misuse"} end
     local res, err, info = run(p[1], p[2], p[3])
     if res then return res end
     local failed = {error = err}

@@ -35,6 +35,21 @@ M.defaults = {
   compact_at = 0.8,           -- the share of the context window at which history is compacted
 }
 
+-- What rlm.run takes besides M.defaults and the interpreter's options (passed on to it).
+local RUN_OPTIONS = {task = "string", context = "any", model = "string", sub_model = "string",
+  max_tokens = "number", max_cost = "number", max_time = "number", execute_timeout = "number",
+  trace = "string", on_event = "function", prompts = "table", child_budget = "any",
+  sub_models = "table", prices = "table", prices_file = "string", context_windows = "table",
+  context_window = "number", resume = "any", cache = "any", child_max_iterations = "number",
+  history = "any",
+  -- internal: a child run's share of its parent
+  _budget = "any", _depth = "any", _trace = "any", _parent = "any", _replay = "any", _append = "any"}
+
+-- Interpreter options rlm.run does not pass on: it answers the calls itself.
+local NOT_PASSED = {on_call = true, model = true, sub_model = true, max_llm_calls = true,
+                    llm_call_timeout = true, max_depth = true, max_tokens = true, max_cost = true,
+                    child_max_iterations = true, async_execute = true}
+
 local WORKSPACE = "/home/daytona/workspace"
 local RESERVED = {fields = true, iterations = true, usage = true, reason = true, submitted = true,
                   extracted = true, trajectory = true, error = true, depth = true, run_id = true}
@@ -87,7 +102,7 @@ local function load_context(interp, context, inline_limit)
   local path = WORKSPACE .. "/.rlm/context" .. (is_text and ".txt" or ".json")
   interp:upload(path, data)
   local code = is_text
-    and ("with open(%q, 'rb') as _f:\n    context = _f.read().decode('utf-8', 'replace')\ndel _f"):format(path)
+    and ("with open(%q, 'rb') as _f:\n    context = _f.read().decode('utf-8', 'surrogateescape')\ndel _f"):format(path)
     or ("import json as _json\nwith open(%q) as _f:\n    context = _json.load(_f)\ndel _f, _json"):format(path)
   local _, r = interp:execute(code)
   if r.error then error("could not load the context into the sandbox: " .. r.error, 0) end
@@ -377,6 +392,7 @@ function Run:rlm_query(task, context)
   local started = sys.now()
   local child = M.run(setmetatable({
     task = task, context = context, outputs = {"answer"},
+    max_iterations = self.opts.child_max_iterations,
     model = self.sub_model, prompts = self.prompts,
     _budget = self.budget:child(self.child_budget), _depth = self.depth + 1, _trace = self.tracer,
     _parent = self.id, on_event = self.on_event,
@@ -855,16 +871,53 @@ local function from_recording(opts, path, only)
   return o
 end
 
+-- The interpreter options among opts (env, network, volume_name, snapshot, daytona = {...}
+-- and the rest), with the run's own settings and its call handler.
+local function interpreter_options(self, opts)
+  local interpreter = require "rlm.interpreter"
+  local out = {}
+  -- opts may be a child's view of its parent's (an __index chain): every level counts
+  local level = opts
+  while type(level) == "table" do
+    for k in pairs(level) do
+      if type(k) == "string" and out[k] == nil and not NOT_PASSED[k] and interpreter.accepts(k) then
+        out[k] = opts[k]
+      end
+    end
+    local mt = getmetatable(level)
+    level = mt and mt.__index
+  end
+  out.backend, out.timeout = option(opts, "backend"), option(opts, "timeout")
+  out.max_output_chars = self.max_output_chars
+  out.on_call = function(kind, args) return self:on_call(kind, args) end
+  return out
+end
+
+-- Checks rlm.run's options: an unknown name (a typo) or a value of the wrong kind is misuse.
+local function check_options(opts)
+  local interpreter = require "rlm.interpreter"
+  local names = {}
+  for k in pairs(RUN_OPTIONS) do names[#names + 1] = k end
+  for k in pairs(M.defaults) do names[#names + 1] = k end
+  for k in pairs(interpreter.options) do names[#names + 1] = k end
+  for k in pairs(opts) do
+    if type(k) ~= "string" or not (RUN_OPTIONS[k] or M.defaults[k] ~= nil or interpreter.accepts(k)) then
+      error(require("rlm.args").unknown("rlm.run option", k, names), 0)
+    end
+  end
+  for k, v in pairs(opts) do
+    local want = RUN_OPTIONS[k] or (M.defaults[k] ~= nil and type(M.defaults[k])) or "any"
+    if want ~= "any" and type(v) ~= want then
+      error(("rlm.run option %s must be a %s, not a %s"):format(k, want, type(v)), 0)
+    end
+    if want == "number" and v < 0 then error(("rlm.run option %s must be >= 0"):format(k), 0) end
+  end
+end
+
 -- The interpreter of a run, started; or nil and why the sandbox could not start.
 local function start_interpreter(self, opts)
   return sandbox_step(function()
-    local interp = require("rlm").interpreter{
-      backend = option(opts, "backend"), timeout = option(opts, "timeout"),
-      execute_timeout = opts.execute_timeout, max_output_chars = self.max_output_chars,
-      volume_name = opts.volume_name, repo_url = opts.repo_url, repo_ref = opts.repo_ref,
-      context_paths = opts.context_paths, limits = opts.limits,
-      on_call = function(kind, args) return self:on_call(kind, args) end,
-    }
+    local interp = require("rlm").interpreter(interpreter_options(self, opts))
     local ok, err = pcall(interp.start, interp)
     if not ok then interp:shutdown() error(err, 0) end
     return interp
@@ -893,9 +946,15 @@ end
 
 --- Runs the loop; see the module comment and README for the options.
 function M.run(opts)
-  if type(opts) == "table" and opts.resume then opts = from_recording(opts, opts.resume, false) end
-  if type(opts) ~= "table" or type(opts.task) ~= "string" or opts.task == "" then
-    error("rlm.run needs a table with a non-empty 'task' string", 2)
+  if type(opts) ~= "table" then error("rlm.run needs a table of options with a task", 2) end
+  if not opts._depth then
+    -- the caller's own table: aliases (sub_lm, max_recursion_depth ...) and checks
+    opts = require("rlm.interpreter").unalias(opts, 2)
+    check_options(opts)
+  end
+  if opts.resume then opts = from_recording(opts, opts.resume, false) end
+  if type(opts.task) ~= "string" or opts.task == "" then
+    error("rlm.run needs a non-empty 'task' string", 2)
   end
   local self = new_run(opts)
   local owns_trace = opts._trace == nil

@@ -16,9 +16,18 @@ local function front_matter(md)
   return meta
 end
 
+--- Where `rlm skill new` writes without RLM_SKILLS_PATH, and which is always searched:
+-- $XDG_DATA_HOME/rlm/skills (~/.local/share/rlm/skills).
+function M.default_dir()
+  local base = sys.getenv("XDG_DATA_HOME")
+  if not base or base == "" then base = (sys.getenv("HOME") or ".") .. "/.local/share" end
+  return base .. "/rlm/skills"
+end
+
 local function user_dirs()
   local dirs = {}
   for dir in (sys.getenv("RLM_SKILLS_PATH") or ""):gmatch("[^:]+") do dirs[#dirs + 1] = dir end
+  dirs[#dirs + 1] = M.default_dir()
   return dirs
 end
 
@@ -104,12 +113,13 @@ SUBMIT(python=platform.python_version(), args=ARGS)
 print(("python %%s in the sandbox, args: %%s"):format(out.python, table.concat(out.args, " ")))
 ]]
 
---- Writes a starting skill NAME into dir (the first RLM_SKILLS_PATH entry, or ./skills).
+--- Writes a starting skill NAME into dir (the first RLM_SKILLS_PATH entry, else default_dir(),
+-- both of which `rlm skill NAME` searches).
 function M.new(name, dir)
   if not name:match("^[%w][%w_-]*$") then
     error("a skill name uses letters, digits, '-' and '_' only: " .. name, 0)
   end
-  dir = dir or user_dirs()[1] or "skills"
+  dir = dir or user_dirs()[1]
   local folder = dir .. "/" .. name
   if sys.stat(folder) then error(folder .. " already exists", 0) end
   assert(sys.mkdir_p(folder))

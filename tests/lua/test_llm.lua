@@ -321,10 +321,14 @@ tests["keys, base URLs and the default model come from the environment"] = funct
   T.raises(function() llm.complete{prompt = "x"} end, "set RLM_MODEL")
   T.raises(function() llm.complete{model = "openai/gpt-4o", prompt = "x"} end,
            "openai/gpt-4o needs an API key: set OPENAI_API_KEY")
-  T.raises(function() llm.batch{s.req("openai/gpt-4o", {prompt = "x"}),
-                                {model = "anthropic/claude-haiku-4-5", prompt = "x"}} end,
-           "set ANTHROPIC_API_KEY")
   T.eq(s.stats().requests, 0)
+  -- in a batch, the request that cannot be sent fails its own slot; the others go
+  local slots = llm.batch{s.req("openai/gpt-4o", {prompt = "x"}),
+                          {model = "anthropic/claude-haiku-4-5", prompt = "x"}}
+  T.eq(slots[2].kind, "misuse")
+  T.contains(slots[2].error, "set ANTHROPIC_API_KEY")
+  T.eq(slots[1].error, nil)
+  T.eq(s.stats().requests, 1)
 
   sys.setenv("OPENAI_API_KEY", KEY)
   sys.setenv("OPENAI_BASE_URL", s.url .. "/v1/")
@@ -333,7 +337,7 @@ tests["keys, base URLs and the default model come from the environment"] = funct
   sys.setenv("RLM_MODEL", "anthropic/claude-haiku-4-5")
   T.eq(assert(llm.complete{prompt = "env"}).model, "claude-haiku-4-5")
   T.eq(assert(llm.complete{model = "gpt-4o-mini", prompt = "env"}).model, "gpt-4o-mini")
-  T.eq(s.stats().models, {"claude-haiku-4-5", "gpt-4o-mini"})
+  T.eq(s.stats().models, {"gpt-4o", "claude-haiku-4-5", "gpt-4o-mini"})
 end
 
 tests["local servers need no key; other providers are table entries"] = function()

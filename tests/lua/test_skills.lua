@@ -25,8 +25,8 @@ tests["skill list, show, unknown names and bad parameters"] = function()
   r = skill{"show", "rlm-execute"}
   T.contains(r.stdout, "name: rlm-execute")
   r = skill{"no-such-skill"}
-  T.eq(r.code, 1)
-  T.contains(r.stderr, "no skill named 'no-such-skill' (have: ")
+  T.eq(r.code, 2)
+  T.contains(r.stderr, 'unknown skill "no-such-skill" (see `rlm skill list`)')
   r = skill{"rlm-execute", "bogus"}
   T.eq(r.code, 1)
   T.contains(r.stderr, "unknown pattern 'bogus'")

@@ -76,6 +76,14 @@ local function tools(opts)
            "(or point RLM_BWRAP / RLM_PYTHON at them)"):format(
            table.concat(missing, " and ") .. (#missing > 1 and " were" or " was"), INSTALL), 0)
   end
+  -- The sandbox sees only /usr of the host's disk: a virtualenv's python elsewhere is not there.
+  local real = sys.realpath(sys.which(python)) or python
+  if real:sub(1, 5) ~= "/usr/" then
+    error(("RLM_PYTHON is %s (%s), outside /usr: the sandbox sees only /usr of this machine, so "
+      .. "that Python cannot run inside. Use a Python under /usr (the default /usr/bin/python3) "
+      .. "and install packages for it with apt (e.g. python3-numpy python3-pandas)"):format(
+      python, real), 0)
+  end
   return bwrap_path, python
 end
 

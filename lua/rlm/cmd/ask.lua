@@ -14,11 +14,14 @@ usage: rlm ask "TASK" [--context FILE|-] [--model M] [--sub-model M] [--backend 
                       [--max-llm-calls N] [--max-depth N] [--max-tokens N] [--max-cost USD]
                       [--max-time S] [--execute-timeout S] [--llm-call-timeout S]
                       [--sub-models a,b] [--prices FILE.json] [--limit NAME=VALUE]...
+                      [--context-window N] [--history full|compact] [--resume FILE.jsonl]
+                      [--cache] [--quiet]
 
 Runs the RLM loop: the model explores the context in a sandbox by writing Python, until its
 code calls SUBMIT. Prints the answer (or, with --json, every output field and the run's usage).
-One progress line per turn goes to stderr. The model comes from --model or RLM_MODEL
-(provider/name, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5, local/NAME).
+One progress line per turn goes to stderr (--quiet: none). The model comes from --model or
+RLM_MODEL (provider/name, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5, local/NAME); the
+backend from --backend or RLM_BACKEND (default local).
 Budgets hold for the whole tree of sub-calls and child runs: --max-llm-calls (calls made
 for code), --max-tokens, --max-cost (needs a price for every model: rlm.prices, --prices or
 RLM_PRICES), --max-time (a deadline for everything, code included). --sub-models lists the
@@ -41,6 +44,11 @@ local SPEC = {context = "string", model = "string", sub_model = "string", backen
               prices = "string", context_window = "number", history = "string",
               resume = "string", cache = "flag"}
 
+local function env_backend()
+  local b = sys.getenv("RLM_BACKEND")
+  return b ~= "" and b or nil
+end
+
 local function read_context(path)
   if path == nil then return nil end
   if path == "-" then return io.stdin:read("a") end
@@ -60,12 +68,12 @@ end
 function M.main(argv)
   local opts, rest = args.parse(argv, SPEC)
   local task = rest[1]
-  if (not task and not opts.resume) or #rest > 1 then
+  if (not task and not opts.resume) or #rest > 1 or task == "" then
     return args.usage("ask", "give the task as one argument", M.help)
   end
   local res = require("rlm").run{
     task = task, context = read_context(opts.context), model = opts.model,
-    sub_model = opts.sub_model, backend = opts.backend, outputs = opts.outputs,
+    sub_model = opts.sub_model, backend = opts.backend or env_backend(), outputs = opts.outputs,
     trace = opts.trace, max_iterations = opts.max_iterations, max_llm_calls = opts.max_llm_calls,
     max_depth = opts.max_depth, max_cost = opts.max_cost, max_time = opts.max_time,
     max_tokens = opts.max_tokens, on_event = not opts.quiet and progress or nil,

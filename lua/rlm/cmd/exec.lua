@@ -6,14 +6,19 @@ local M = {}
 
 M.help = [[
 usage: rlm exec CODE|- [--backend local|daytona] [--timeout S] [--volume NAME] [--network]
-                      [--limit NAME=VALUE]... [--json]
+                      [--limit NAME=VALUE]... [--max-output N] [--stdin FILE|-] [--json]
 
 Runs one block of Python in a fresh sandbox (`-` reads the code from stdin). Prints the fields
 the code SUBMITs as one JSON object; without a SUBMIT, prints what the code printed. With --json,
 prints everything as one JSON object: out, stdout, stderr, error, exit, duration, timed_out.
 The code's stderr (and its stdout when it submitted) goes to stderr. Exits 1 when the code raised.
+Output past --max-output characters (default 10000) keeps its head and tail around a line
+"... [N characters cut] ...".
 
   --timeout S     stop the code after S seconds (default 900)
+  --max-output N  keep at most N characters of stdout and of stderr (default 10000)
+  --stdin FILE    what the code reads from sys.stdin (`-`: rlm's own stdin; the code then
+                  comes as an argument)
   --volume NAME   mount the durable volume NAME at /home/daytona/memory
   --network       allow network access (local backend: off by default)
   --limit N=V     a resource limit of the sandbox, repeatable: memory, processes, open_files,
@@ -21,7 +26,17 @@ The code's stderr (and its stdout when it submitted) goes to stderr. Exits 1 whe
                   "Isolation" in the README for the defaults)]]
 
 local SPEC = {backend = "string", timeout = "number", volume = "string", json = "flag",
-              network = "flag", limit = "assign"}
+              network = "flag", limit = "assign", max_output = "number", stdin = "string"}
+
+local STDIN_FILE = "/home/daytona/workspace/.rlm/stdin"
+
+-- The bytes --stdin names.
+local function stdin_data(name)
+  if name == "-" then return io.stdin:read("a") end
+  local data, err = require("rlm.sys").read_file(name)
+  if not data then error("cannot read --stdin " .. name .. ": " .. tostring(err), 0) end
+  return data
+end
 
 function M.main(argv)
   local opts, rest = args.parse(argv, SPEC)
@@ -29,11 +44,25 @@ function M.main(argv)
   if not code or #rest > 1 then
     return args.usage("exec", "give the code as one argument, or - to read it from stdin", M.help)
   end
+  if code == "-" and opts.stdin == "-" then
+    args.fail("the code and --stdin cannot both come from stdin: give the code as an argument")
+  end
   if code == "-" then code = io.stdin:read("a") end
+  local data = opts.stdin and stdin_data(opts.stdin)
   local interp <close> = require("rlm").interpreter{
-    backend = opts.backend, timeout = opts.timeout, volume_name = opts.volume,
+    -- --timeout is the code's; the sandbox lives a little longer, so the code gets all of it
+    backend = opts.backend, execute_timeout = opts.timeout,
+    timeout = opts.timeout and opts.timeout + 60, volume_name = opts.volume,
     network = opts.network or nil, limits = opts.limit,
+    max_output_chars = opts.max_output and math.tointeger(opts.max_output) or nil,
   }
+  if data then
+    -- The bytes become the code's sys.stdin (binary-safe: undecodable bytes as surrogates).
+    interp:upload(STDIN_FILE, data)
+    local _, r = interp:execute(("__import__('sys').stdin = open(%q, encoding='utf-8', "
+      .. "errors='surrogateescape')"):format(STDIN_FILE))
+    if r.error then error("cannot give the code its stdin: " .. r.error, 0) end
+  end
   local out, run = interp:execute(code)
   if opts.json then
     print(json.encode({out = out, stdout = run.stdout, stderr = run.stderr, error = run.error,

@@ -6,14 +6,15 @@ local M = {}
 
 M.help = [[
 usage: rlm skill list                 name and description of every skill
-       rlm skill show NAME            print a skill's SKILL.md
+       rlm skill show NAME [--source] print a skill's SKILL.md (--source: its recipe.lua)
        rlm skill NAME [--backend local|daytona] [ARGS...]
                                       run a skill (the local sandbox by default)
        rlm skill new NAME             write a starting skill into the first RLM_SKILLS_PATH
-                                      directory (or ./skills)
+                                      directory (or ~/.local/share/rlm/skills)
 
 Bundled skills ship inside rlm; your own live in the directories of RLM_SKILLS_PATH
-(colon-separated), one folder per skill with SKILL.md and recipe.lua.]]
+(colon-separated) and in $XDG_DATA_HOME/rlm/skills (~/.local/share/rlm/skills), one folder per
+skill with SKILL.md and recipe.lua.]]
 
 function M.main(argv)
   local sub = argv[1]
@@ -28,23 +29,30 @@ function M.main(argv)
     end
     return 0
   elseif sub == "show" then
-    local s = argv[2] and skills.find(argv[2])
+    local opts, rest = args.parse(table.move(argv, 2, #argv, 1, {}), {source = "flag"})
+    local s = rest[1] and skills.find(rest[1])
     if not s then
       return args.usage("skill show", ("no skill named '%s' (see `rlm skill list`)"):format(
-        tostring(argv[2])))
+        tostring(rest[1])))
     end
-    io.write(s.md)
+    io.write(opts.source and (s.recipe or "") or s.md)
     return 0
   elseif sub == "new" then
     if not argv[2] then
       return args.usage("skill new", "give the new skill's NAME")
     end
-    print("wrote " .. skills.new(argv[2]))
+    local folder = skills.new(argv[2])
+    print(("wrote %s; run it with `rlm skill %s`"):format(folder, argv[2]))
     return 0
   end
   local opts, rest = args.parse(table.move(argv, 2, #argv, 1, {}), {backend = "string"})
-  if opts.backend and opts.backend ~= "local" and opts.backend ~= "daytona" then
-    error("--backend must be local or daytona, not " .. opts.backend, 0)
+  if opts.backend and not require("rlm.interpreter").backends[opts.backend] then
+    args.fail("--backend must be local or daytona, not " .. opts.backend)
+  end
+  if not skills.find(sub) then
+    local names = {}
+    for _, s in ipairs(skills.list()) do names[#names + 1] = s.name end
+    args.fail(args.unknown("skill", sub, names) .. " (see `rlm skill list`)")
   end
   local status = skills.run(sub, {backend = opts.backend, args = rest})
   return math.type(status) == "integer" and status or 0
