@@ -4,14 +4,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* data points at the first live byte; off bytes before it were consumed and are reclaimed on
+ * the next growth, so taking bytes from the front never moves the rest (a 100 MB pipe write in
+ * 64 KB pieces stays linear). cap counts from data. A buffer never consumed has off == 0 and
+ * data is its allocation, as code that reallocates it directly (json.c) expects. */
 struct buf {
     char *data;
-    size_t len, cap;
+    size_t len, cap, off;
 };
 
 /* Appends n bytes, keeping a NUL after them; 0 on success, -1 when out of memory. */
 static inline int buf_add(struct buf *b, const void *p, size_t n)
 {
+    if (b->len + n + 1 > b->cap && b->off) {   /* reclaim the consumed front first */
+        char *base = b->data - b->off;
+        memmove(base, b->data, b->len + 1);
+        b->data = base;
+        b->cap += b->off;
+        b->off = 0;
+    }
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n + 1)
@@ -31,6 +42,9 @@ static inline int buf_add(struct buf *b, const void *p, size_t n)
 
 static inline void buf_clear(struct buf *b)
 {
+    b->data -= b->off;
+    b->cap += b->off;
+    b->off = 0;
     b->len = 0;
     if (b->data)
         b->data[0] = '\0';
@@ -38,20 +52,21 @@ static inline void buf_clear(struct buf *b)
 
 static inline void buf_free(struct buf *b)
 {
-    free(b->data);
+    free(b->data ? b->data - b->off : NULL);
     b->data = NULL;
-    b->len = b->cap = 0;
+    b->len = b->cap = b->off = 0;
 }
 
-/* Drops the first n bytes. */
+/* Drops the first n bytes without moving the rest. */
 static inline void buf_consume(struct buf *b, size_t n)
 {
     if (n >= b->len) {
         buf_clear(b);
         return;
     }
-    memmove(b->data, b->data + n, b->len - n);
+    b->data += n;
+    b->cap -= n;
+    b->off += n;
     b->len -= n;
-    b->data[b->len] = '\0';
 }
 #endif
