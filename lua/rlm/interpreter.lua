@@ -18,7 +18,8 @@
 --                                  .resource("lua/rlm/driver.py"); its docstring is the wire
 --                                  protocol); the driver's first line is its `ready` event,
 --                                  read with sb:request(nil, timeout). Raises.
---   sb:request(req, timeout)       writes one JSON request line (req may be nil: only read) and
+--   sb:request(req, timeout)       writes one JSON request line (req: a table, or its JSON text
+--                                  already encoded; nil: only read) and
 --     -> event | nil, err, kind    returns the next event as a table. kind: "timeout" (nothing
 --                                  in time; the driver may still run), "dead" (the driver is
 --                                  gone), "protocol" (a line that is not JSON). Must wait through
@@ -352,19 +353,18 @@ function Interp:execute(code, variables, opts)
         :format(type(k), tostring(k)), 2)
     end
   end
-  if variables and next(variables) ~= nil then
-    local encodable, err = pcall(json.encode, variables)
-    if not encodable then error("execute: variables must be JSON values: " .. tostring(err), 2) end
-    req.variables = json.object(variables)
-  end
+  if variables and next(variables) ~= nil then req.variables = json.object(variables) end
   if opts.output_names then req.output_names = json.array(opts.output_names) end
+  -- Encoded once, here: a big variable is not copied again on its way to the sandbox.
+  local encoded, line = pcall(json.encode, req)
+  if not encoded then error("execute: variables must be JSON values: " .. tostring(line), 2) end
   local lost = self.stale
   if lost then
     self.stale = false
     self:restart_driver()
   end
   self.busy = true
-  local ok, out, run = pcall(self.exchange, self, req, timeout, deadline)
+  local ok, out, run = pcall(self.exchange, self, line, req.id, timeout, deadline)
   self.busy = false
   if not ok then
     -- Interrupted mid-dialogue (an interrupt, a protocol fault): the driver may still be
@@ -380,9 +380,8 @@ function Interp:execute(code, variables, opts)
 end
 
 -- The request/event dialogue of one execute: calls are answered until the code is done.
-function Interp:exchange(req, timeout, deadline)
+function Interp:exchange(req, id, timeout, deadline)
   local sb = self.sandbox
-  local id = req.id
   local started = sys.now()
   local spent_in_calls = 0
   while true do

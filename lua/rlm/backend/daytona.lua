@@ -401,7 +401,7 @@ function Sandbox:request(req, timeout)
     end
     return self:read_ready(timeout)
   end
-  local command, err = self:client_command(json.encode(req))
+  local command, err = self:client_command(type(req) == "string" and req or json.encode(req))
   if not command then return nil, err, "dead" end
   local res
   res, err = self.toolbox:request{

@@ -378,7 +378,8 @@ end
 function Sandbox:request(req, timeout)
   if not self.proc then return nil, "the sandbox's driver is not running", "dead" end
   if req then
-    local ok = self.proc:write(json.encode(req) .. "\n")
+    local ok = self.proc:write(type(req) == "string" and req or json.encode(req))
+               and self.proc:write("\n")
     if not ok then return nil, self:died_message(), "dead" end
   end
   local line, why, kind = self:watched_line(timeout)
