@@ -400,6 +400,7 @@ struct process {
     int pidfd, in_fd, fds[2];
     struct buf in, out[2];
     size_t out_start;            /* stdout bytes before this offset were taken by p:line() */
+    size_t out_scanned;          /* ... and before this one hold no newline: never searched twice */
     size_t max_line, max_stderr; /* 0: unbounded */
     int paused, overflowed;      /* stdout not watched: a line waits, or one was too long */
     int eof[2], exited, wstatus;
@@ -430,13 +431,24 @@ static void pause_stdout(struct process *p)
     p->paused = 1;
 }
 
+/* The first newline in stdout's untaken bytes, or NULL. The bytes searched in vain are not
+ * searched again, so a 100 MB line read in 1 MB pieces costs one pass, not a hundred. */
+static char *next_newline(struct process *p)
+{
+    struct buf *b = &p->out[OUT];
+    size_t from = p->out_scanned > p->out_start ? p->out_scanned : p->out_start;
+    char *nl = from < b->len ? memchr(b->data + from, '\n', b->len - from) : NULL;
+    if (nl == NULL)
+        p->out_scanned = b->len;
+    return nl;
+}
+
 /* Reads stdout again once Lua has taken every complete line (never after an overflow). */
 static void resume_stdout(struct process *p)
 {
-    struct buf *b = &p->out[OUT];
     if (!p->paused || p->overflowed)
         return;
-    if (b->len > p->out_start && memchr(b->data + p->out_start, '\n', b->len - p->out_start))
+    if (next_newline(p))
         return;
     p->paused = 0;
     if (p->fds[OUT] >= 0)
@@ -1029,7 +1041,7 @@ static int p_read(lua_State *L)
     lua_pushlstring(L, b->data ? b->data + start : "", b->len - start);
     buf_clear(b);
     if (which == OUT) {
-        p->out_start = 0;
+        p->out_start = p->out_scanned = 0;
         resume_stdout(p);
     }
     return 1;
@@ -1041,20 +1053,17 @@ static int p_line(lua_State *L)
 {
     struct process *p = check_process(L, 1);
     struct buf *b = &p->out[OUT];
-    size_t left = b->len - p->out_start;
-    char *from = b->data + p->out_start;
-    char *nl = left ? memchr(from, '\n', left) : NULL;
+    char *nl = next_newline(p);
     if (nl == NULL)
         return 0;
+    char *from = b->data + p->out_start;
     size_t n = (size_t)(nl - from);
     lua_pushlstring(L, from, n);
     p->out_start += n + 1;
-    if (p->out_start == b->len) {
-        buf_clear(b);
-        p->out_start = 0;
-    } else if (p->out_start > b->len / 2) {
-        buf_consume(b, p->out_start);     /* moves less than was taken */
-        p->out_start = 0;
+    p->out_scanned = p->out_start;
+    if (p->out_start == b->len || p->out_start > b->len / 2) {
+        buf_consume(b, p->out_start);     /* moves nothing (buf.h) */
+        p->out_start = p->out_scanned = 0;
     }
     resume_stdout(p);
     return 1;
