@@ -101,3 +101,33 @@ for _, case in ipairs{{1000, 10, "1000 short snippets"}, {200, 2000, "200 CPU-bo
   print(("pool      %-28s 1 sandbox %.0f/s   pool of 8 %.0f/s   (%.1fx, %d cores)")
     :format(case[3], one, eight, eight / one, cores))
 end
+
+-- A 100 MB value each way, beside the floor: the same bytes through a pipe to `cat`.
+local MB = 1024 * 1024
+local big = string.rep("a", 100 * MB)
+local function pipe_floor()
+  local t0 = sys.now()
+  local r = assert(sys.run({"/usr/bin/wc", "-c"}, {input = big, timeout = 60}))
+  assert(tonumber(r.stdout:match("%d+")) == #big)
+  return sys.now() - t0
+end
+local function peak_kb()
+  return tonumber(assert(sys.read_file("/proc/self/status")):match("VmHWM:%s*(%d+)"))
+end
+do
+  local interp <close> = rlm.interpreter{limits = {submit = "256M", output = "256M"}}
+  interp:execute("pass")
+  local t0 = sys.now()
+  local out, run = interp:execute("SUBMIT(n=len(v))", {v = big})
+  assert(out, run.error)
+  local into = sys.now() - t0
+  assert(out.n == #big)
+  t0 = sys.now()
+  out, run = interp:execute("SUBMIT(s='b' * (100 * 1024 * 1024))")
+  assert(out, run.error)
+  local back = sys.now() - t0
+  assert(#out.s == #big)
+  print(("big value 100 MB variable in %.2f s, SUBMIT back %.2f s; floor (a pipe) %.2f s; " ..
+         "host peak %.0f MB (%.1fx the value)"):format(into, back, pipe_floor(),
+         peak_kb() / 1024, peak_kb() * 1024 / #big))
+end
