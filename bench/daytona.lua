@@ -86,8 +86,8 @@ report("official TypeScript SDK 0.218", sdk_wall, sdk_stats,
        ("  (%.0f ms inside node; the rest is node starting)"):format(res.wall_ms))
 wall, stats = measured(interpreters)
 report("rlm.interpreter (driver + SUBMIT)", wall, stats)
--- What one interpreter's life costs, by request: the figure to hold down (17 per sandbox
--- before the SDK-version header, the labelled create and the soft delete).
+-- What one interpreter's life costs, by request: the figure to hold down (17 per sandbox before
+-- the driver's ready line was waited for inside the sandbox instead of polled from here).
 local kinds = {}
 for key, n in pairs(stats.requests) do kinds[#kinds + 1] = ("%s %.1f"):format(key, n / N) end
 table.sort(kinds)

@@ -1,7 +1,10 @@
 """The rlm sandbox driver: runs the user's Python for the rlm host and keeps its state.
 
 Started as `python3 -u -c "<this source>" [--stdio] [--capture-dir DIR]`, as `--serve PATH` (unix socket server), or as
-`--client PATH (--request-file F | --request-b64 B64)` (the one-shot client of --serve).
+`--client PATH (--request-file F | --request-b64 B64)` (the one-shot client of --serve), or as
+`--wait-ready PREFIX [--timeout S]` (waits inside the sandbox for a --serve driver started with
+stdout in PREFIX.out, stderr in PREFIX.err and its exit status written to PREFIX.exit: prints
+the ready line and exits 0, or exits 3 with the status and stderr's tail, or 4 after S seconds).
 Standard library only, Python 3.9+. This docstring is the protocol reference for the host.
 
 Wire: UTF-8 JSON, one object per line. Events are pure ASCII (non-ASCII is \\u-escaped).
@@ -736,7 +739,8 @@ def make_helpers(session):
 # Entry points
 
 USAGE = ("usage: driver.py [--stdio] [--capture-dir DIR] | --serve PATH | "
-         "--client PATH (--request-file FILE | --request-b64 B64)")
+         "--client PATH (--request-file FILE | --request-b64 B64) | "
+         "--wait-ready PREFIX [--timeout S]")
 
 
 def parse_args(argv):
@@ -745,7 +749,8 @@ def parse_args(argv):
     for arg in args:
         if arg == "--stdio":
             continue
-        if arg not in ("--serve", "--client", "--request-file", "--request-b64", "--capture-dir"):
+        if arg not in ("--serve", "--client", "--request-file", "--request-b64", "--capture-dir",
+                       "--wait-ready", "--timeout"):
             raise ValueError(f"unknown argument {arg!r}")
         value = next(args, None)
         if value is None:
@@ -780,6 +785,34 @@ def client(path, opts):
     return 0
 
 
+def wait_ready(prefix, timeout):
+    """Polls, inside the sandbox, for a --serve driver's ready line: one remote call instead of
+    one per poll."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with open(prefix + ".out", "rb") as f:
+                line = f.readline()
+            if line.endswith(b"\n"):
+                sys.stdout.buffer.write(line)
+                return 0
+        except FileNotFoundError:
+            pass
+        if os.path.exists(prefix + ".exit"):
+            with open(prefix + ".exit") as f:
+                status = f.read().strip()
+            try:
+                with open(prefix + ".err", "rb") as f:
+                    tail = f.read()[-600:].decode("utf-8", "replace").strip()
+            except FileNotFoundError:
+                tail = ""
+            sys.stderr.write(f"exit {status}" + (f": {tail}" if tail else "") + "\n")
+            return 3
+        if time.monotonic() >= deadline:
+            return 4
+        time.sleep(0.005)
+
+
 def main(argv):
     try:
         opts = parse_args(argv)
@@ -788,6 +821,13 @@ def main(argv):
         return 2
     if "--client" in opts:
         return client(opts["--client"], opts)
+    if "--wait-ready" in opts:
+        try:
+            timeout = float(opts.get("--timeout", "30"))
+        except ValueError:
+            sys.stderr.write("rlm driver: --timeout needs a number of seconds\n")
+            return 2
+        return wait_ready(opts["--wait-ready"], timeout)
     real_err = os.dup(2)
     real_out = os.dup(1)
     if "--serve" in opts:

@@ -119,6 +119,9 @@ tests["daytona: the transport costs one process/execute per execute and per batc
     i:start()
     T.eq(requests(s, "POST /toolbox/{sid}/process/session/{session_id}/exec"), 1,
          "the driver starts once, as a session command")
+    T.eq(requests(s, "POST /toolbox/{sid}/process/execute"), 1, "one wait for its ready line")
+    T.eq(requests(s, "GET /toolbox/{sid}/process/session/{session_id}/command/{cmd_id}/logs"), 0,
+         "no polling of the logs")
     local before = requests(s, "POST /toolbox/{sid}/process/execute")
     i:execute("x = 1")
     T.eq(requests(s, "POST /toolbox/{sid}/process/execute") - before, 1)

@@ -92,8 +92,9 @@ tests["daytona: the 5 MB context goes up as one file and the 12 sub-calls as one
     T.eq(res.usage.llm_calls, 12)
     local st = s:stats().requests
     T.eq(st["POST /toolbox/{sid}/files/bulk-upload"], 2, "the driver, then the context file")
-    -- load the context, run the turn's code, answer its one batch: never one trip per sub-call
-    T.eq(st["POST /toolbox/{sid}/process/execute"], 3)
+    -- wait for the driver, load the context, run the turn's code, answer its one batch: never
+    -- one trip per sub-call
+    T.eq(st["POST /toolbox/{sid}/process/execute"], 4)
   end)
 
 local CHILD_CODE = [[

@@ -552,6 +552,28 @@ class TestSocketTransport(unittest.TestCase):
         self.assertEqual(done.stdout.count(b"\n"), 1)
         return json.loads(done.stdout)
 
+    def test_wait_ready_reads_the_ready_line_an_exit_or_times_out(self):
+        prefix = os.path.join(self.dir, "driver-1")
+        # started as the Daytona backend starts it: output and exit status in files
+        cmd = (f"{PYTHON} -u -c \"$SRC\" --serve {self.path} > {prefix}.out 2> {prefix}.err; "
+               f"echo $? > {prefix}.exit")
+        proc = subprocess.Popen(["/bin/sh", "-c", cmd], env={**os.environ, "SRC": SOURCE})
+        self.addCleanup(lambda: (proc.kill(), proc.wait()))
+        wait = [PYTHON, "-c", SOURCE, "--wait-ready", prefix, "--timeout", "10"]
+        done = subprocess.run(wait, capture_output=True, timeout=WAIT)
+        self.assertEqual(done.returncode, 0, done.stderr.decode())
+        self.assertEqual(json.loads(done.stdout)["ev"], "ready")
+        # a driver that died: its status and the tail of its stderr
+        dead = os.path.join(self.dir, "driver-2")
+        subprocess.run(["/bin/sh", "-c", f"{PYTHON} -c 'import sys; sys.exit(\"boom\")' > {dead}.out "
+                        f"2> {dead}.err; echo $? > {dead}.exit"], timeout=WAIT)
+        done = subprocess.run(wait[:4] + [dead, "--timeout", "10"], capture_output=True, timeout=WAIT)
+        self.assertEqual(done.returncode, 3)
+        self.assertIn("exit 1: boom", done.stderr.decode())
+        done = subprocess.run(wait[:4] + [os.path.join(self.dir, "none"), "--timeout", "0.2"],
+                              capture_output=True, timeout=WAIT)
+        self.assertEqual(done.returncode, 4)
+
     def test_serve_and_client_end_to_end(self):
         proc = self.serve()
         self.assertEqual(self.client({"op": "ping"}), {"ev": "pong"})

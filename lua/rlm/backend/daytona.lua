@@ -11,7 +11,9 @@
 -- request is one `process/execute` of the driver's one-shot client, which forwards the request
 -- line to the socket and prints the next event. A `call` event ends that request; the reply
 -- travels with the next one. Small requests ride in the command line as base64; larger ones are
--- uploaded to a file first. The first event (ready) is read from the session command's logs.
+-- uploaded to a file first. The first event (ready) is waited for inside the sandbox by one more
+-- `process/execute` (`driver.py --wait-ready`), which watches the files the session command
+-- writes the driver's output and exit status to.
 --
 -- Credentials come from the `daytona` option (rlm.daytona.client options) or DAYTONA_* in the
 -- host's environment; they stay in the host (the C binding holds them). The sandbox gets only
@@ -338,48 +340,47 @@ function Sandbox:start_driver()
   local ok, err = tb:create_session(session)
   if not ok then fail("cannot start the sandbox's driver (session)", err) end
   -- No `exec`: on Daytona a session is one long-lived shell, which must outlive the driver.
-  local command = ("mkdir -p %s %s && cd %s && %s -u %s --serve %s"):format(
-    WORKSPACE, MEMORY, WORKSPACE, PYTHON, DRIVER, socket)
+  -- Its output goes to files read_ready() watches from inside; its exit status too.
+  local outputs = ("%s/driver-%d"):format(RLM_DIR, self.starts)
+  local command = ("mkdir -p %s %s && cd %s && %s -u %s --serve %s > %s.out 2> %s.err; echo $? > %s.exit")
+    :format(WORKSPACE, MEMORY, WORKSPACE, PYTHON, DRIVER, socket, outputs, outputs, outputs)
   local res, why = tb:session_exec{session = session, command = command, async = true}
   if not res then
     tb:delete_session(session)
     fail("cannot start the sandbox's driver", why)
   end
-  self.session, self.command_id, self.socket = session, res.cmdId, socket
+  self.session, self.command_id, self.socket, self.outputs = session, res.cmdId, socket, outputs
   self.awaiting_ready = true
   return true
 end
 
--- The driver's first line, from the session command's logs; polled, since nothing can push it.
+-- The driver's first line. One process/execute waits for it inside the sandbox (the driver's
+-- --wait-ready mode polls its output files there): polling the session's logs from here took
+-- ten requests a start.
 function Sandbox:read_ready(timeout)
-  local deadline = sys.now() + timeout
-  local pause = 0.02
-  while true do
-    local logs, err = self.toolbox:logs(self.session, self.command_id)
-    if not logs then return nil, "cannot read the driver's output: " .. tostring(err), "dead" end
-    -- Older daemons answer the logs as plain text rather than {output, stdout, stderr}.
-    if type(logs) ~= "table" then logs = {output = tostring(logs)} end
-    local out = logs.stdout or logs.output or ""
-    local line = type(out) == "string" and out:match("^([^\n]*)\n")
-    if line then
-      self.awaiting_ready = false
-      local ev, why = json.decode(line)
-      if type(ev) ~= "table" then
-        return nil, ("the driver sent something that is not a JSON event (%s): %s"):format(
-          tostring(why or type(ev)), line:sub(1, 200)), "protocol"
-      end
-      return ev
+  local wait = math.ceil(timeout)
+  local res, err = self.toolbox:execute{
+    command = ("%s %s --wait-ready %s --timeout %d"):format(PYTHON, DRIVER, self.outputs, wait),
+    timeout = wait + 1}
+  if not res then
+    if err.code == "TIMEOUT" or err.status == 408 or err.code == "PROCESS_EXECUTION_TIMEOUT" then
+      return nil, "no answer from the sandbox in time", "timeout"
     end
-    local cmd = self.toolbox:command(self.session, self.command_id)
-    if cmd and cmd.exitCode ~= nil and cmd.exitCode ~= json.null then
-      local tail = ((logs.stderr or logs.output or "") .. ""):gsub("%s+$", ""):sub(-600)
-      return nil, ("the sandbox's driver exited (exit %s)%s"):format(tostring(cmd.exitCode),
-        tail ~= "" and ": " .. tail or ""), "dead"
-    end
-    if sys.now() >= deadline then return nil, "no answer from the sandbox in time", "timeout" end
-    async.sleep(math.min(pause, math.max(deadline - sys.now(), 0)))
-    pause = math.min(pause * 2, 0.5)
+    return nil, "cannot read the driver's output: " .. tostring(err), "dead"
   end
+  local out = type(res.result) == "string" and res.result or ""
+  if res.exitCode == 4 then return nil, "no answer from the sandbox in time", "timeout" end
+  if res.exitCode ~= 0 then
+    return nil, ("the sandbox's driver exited (%s)"):format(out:gsub("%s+$", ""):sub(-700)), "dead"
+  end
+  self.awaiting_ready = false
+  local line = out:match("^([^\n]*)")
+  local ev, why = json.decode(line)
+  if type(ev) ~= "table" then
+    return nil, ("the driver sent something that is not a JSON event (%s): %s"):format(
+      tostring(why or type(ev)), line:sub(1, 200)), "protocol"
+  end
+  return ev
 end
 
 -- The client command for one request line.
