@@ -38,7 +38,8 @@ M.defaults = {
 -- What rlm.run takes besides M.defaults and the interpreter's options (passed on to it).
 local RUN_OPTIONS = {task = "string", context = "any", model = "string", sub_model = "string",
   max_tokens = "number", max_cost = "number", max_time = "number", execute_timeout = "number",
-  trace = "string", on_event = "function", prompts = "table", child_budget = "any",
+  trace = "string", on_event = "function", events = "function", prompts = "table",
+  child_budget = "any",
   sub_models = "table", prices = "table", prices_file = "string", context_windows = "table",
   context_window = "number", resume = "any", cache = "any", child_max_iterations = "number",
   history = "any",
@@ -811,7 +812,7 @@ local function new_run(opts)
   if self.history ~= "full" and self.history ~= "compact" and type(self.history) ~= "function" then
     error('history must be "full", "compact" or a function(messages, info) -> messages', 0)
   end
-  self.tracer = opts._trace or trace.writer(opts.trace, opts._append)
+  self.tracer = opts._trace or trace.writer(opts.trace, opts._append, opts.events)
   return self
 end
 

@@ -62,15 +62,15 @@ Writer.__index = Writer
 
 --- A trajectory sink: records are kept in memory (for the result) and, with a path, written
 -- to that file, one JSON object per line (append: added after what the file holds, as a
--- resumed run does).
-function M.writer(path, append)
+-- resumed run does); sink(record), when given, gets each record as it is written.
+function M.writer(path, append, sink)
   local f
   if path then
     local err
     f, err = io.open(path, append and "a" or "w")
     if not f then error("cannot write the trace file: " .. err, 0) end
   end
-  return setmetatable({file = f, records = {}}, Writer)
+  return setmetatable({file = f, records = {}, sink = sink}, Writer)
 end
 
 function Writer:write(record)
@@ -81,6 +81,8 @@ function Writer:write(record)
     self.file:write(json.encode(record), "\n")
     self.file:flush()
   end
+  -- the same stream, live, for a watcher (rlm ask --events)
+  if self.sink then pcall(self.sink, record) end
   return record
 end
 

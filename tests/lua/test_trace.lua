@@ -84,6 +84,33 @@ tests["rlm trace --html renders every step, sub-calls and child runs in a real b
   T.contains(dom, "child run")
   T.contains(dom, "child &lt;context&gt; &amp; more")   -- text is escaped, not markup
   T.contains(dom, "submitted")
+  -- the header: what was asked, the answer, and the totals the trajectory records
+  local final
+  for _, rec in ipairs(records) do if rec.type == "final" and (rec.depth or 0) == 0 then final = rec end end
+  T.contains(dom, '<table class="totals">')
+  T.contains(dom, ("%d in, %d out"):format(final.usage.input_tokens, final.usage.output_tokens))
+  T.contains(dom, ("%d (%d for code)"):format(final.usage.calls, final.usage.llm_calls))
+  -- turns collapsed to one line each until clicked; each block's code shown once
+  T.truthy(not dom:find('<details class="step" open', 1, true), "turns start collapsed")
+  local _, times = dom:gsub("llm_query_batched%(%['SUMMARISE 1'", "")
+  T.eq(times, 1, "the code appears once")
+end
+
+tests["rlm ask --events - writes the run's records as JSON lines, and nothing else"] = function()
+  local server = F.model{rules = {
+    {match = "^SUB", reply = "s"},
+    {match = ".", reply = F.code("x = llm_query('SUB 1')\nSUBMIT(answer=x)")},
+  }}
+  local r = T.run_rlm({"ask", "watch", "--events", "-", "--quiet"}, {env = {
+    PATH = sys.getenv("PATH"), TMPDIR = sys.getenv("TMPDIR"), RLM_MODEL = "openai/root",
+    OPENAI_BASE_URL = server.url .. "/v1", OPENAI_API_KEY = "sk-test-key-0123456789"}})
+  T.eq(r.code, 0, r.stderr)
+  local kinds = {}
+  for line in r.stdout:gmatch("[^\n]+") do
+    local rec = assert(require("rlm.json").decode(line), "not JSON: " .. line)
+    kinds[#kinds + 1] = rec.type
+  end
+  T.eq(kinds, {"start", "subcall", "step", "final"})
 end
 
 return tests

@@ -15,7 +15,7 @@ usage: rlm ask "TASK" [--context FILE|-] [--model M] [--sub-model M] [--backend 
                       [--max-time S] [--execute-timeout S] [--llm-call-timeout S]
                       [--sub-models a,b] [--prices FILE.json] [--limit NAME=VALUE]...
                       [--context-window N] [--history full|compact] [--resume FILE.jsonl]
-                      [--cache] [--quiet]
+                      [--cache] [--events FILE|-] [--quiet]
 
 Runs the RLM loop: the model explores the context in a sandbox by writing Python, until its
 code calls SUBMIT. Prints the answer (or, with --json, every output field and the run's usage).
@@ -32,6 +32,8 @@ History: --context-window N (tokens; default from the model's known window) and
 --resume run.jsonl continues a run from its trajectory (the code is run again with the
 recorded answers, then the run goes on live, appending to the file); --cache keeps sub-call
 answers under $XDG_CACHE_HOME/rlm and sends no repeated sub-call.
+--events FILE|- writes the run's records (the trajectory's JSON lines) as they happen, for other
+programs to follow; with `-` they go to stdout and the answer is only in the last one.
 Exit codes: 0 an answer (submitted, or extracted when the run stopped early: the reason goes
 to stderr), 1 an error before the run could start, 2 a usage error, 3 no answer (the reason
 goes to stderr, nothing to stdout), 130/143 interrupted by SIGINT/SIGTERM.]]
@@ -42,7 +44,21 @@ local SPEC = {context = "string", model = "string", sub_model = "string", backen
               max_time = "number", max_tokens = "number", quiet = "flag", limit = "assign",
               execute_timeout = "number", llm_call_timeout = "number", sub_models = "list",
               prices = "string", context_window = "number", history = "string",
-              resume = "string", cache = "flag"}
+              resume = "string", cache = "flag", events = "string"}
+
+-- Writes each record as one JSON line to path ("-": stdout), flushed at once.
+local function event_writer(path)
+  local f = io.stdout
+  if path ~= "-" then
+    local err
+    f, err = io.open(path, "w")
+    if not f then error("cannot write --events " .. path .. ": " .. tostring(err), 0) end
+  end
+  return function(record)
+    f:write(json.encode(record), "\n")
+    f:flush()
+  end
+end
 
 local function env_backend()
   local b = sys.getenv("RLM_BACKEND")
@@ -80,14 +96,16 @@ function M.main(argv)
     limits = opts.limit, execute_timeout = opts.execute_timeout,
     llm_call_timeout = opts.llm_call_timeout, sub_models = opts.sub_models, prices_file = opts.prices,
     context_window = opts.context_window, history = opts.history, resume = opts.resume,
-    cache = opts.cache or nil,
+    cache = opts.cache or nil, events = opts.events and event_writer(opts.events),
   }
   local answered = res.submitted or res.extracted
-  if opts.json then
+  -- with --events -, stdout carries the events only
+  local to_stdout = opts.events ~= "-"
+  if to_stdout and opts.json then
     print(json.encode({fields = res.fields, reason = res.reason, detail = res.detail,
                        iterations = res.iterations, submitted = res.submitted,
                        extracted = res.extracted, usage = res.usage}, {sort_keys = true}))
-  elseif answered then
+  elseif to_stdout and answered then
     local outputs = opts.outputs or {"answer"}
     for _, name in ipairs(outputs) do
       local v = res.fields[name]

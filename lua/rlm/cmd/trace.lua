@@ -33,7 +33,46 @@ white-space:pre-wrap;word-break:break-word;max-height:40em}details{margin:.4em 0
 border-left:3px solid #cfd8e3;padding-left:.6em}summary{cursor:pointer;font-weight:600}
 .meta{color:#666;font-weight:400}.final{border-left-color:#5a9;}.sub{border-left-color:#e0b050}
 .child{border-left-color:#a07be0}.err{color:#b00}table{border-collapse:collapse}
-td{padding:.1em .8em .1em 0;vertical-align:top}]]
+td{padding:.1em .8em .1em 0;vertical-align:top}.totals td:first-child{color:#666}
+.first{font-weight:400;color:#333}.prose{white-space:pre-wrap}]]
+
+-- The reply without its fenced code (the blocks are shown once, with their output).
+local function prose(reply)
+  return (tostring(reply or ""):gsub("```.-```", "[code below]"):gsub("^%s+", ""):gsub("%s+$", ""))
+end
+
+-- The first line of the reply's prose, cut to fit one summary line.
+local function first_line(reply)
+  local line = prose(reply):match("^[^\n]*") or ""
+  return #line > 90 and line:sub(1, 87) .. "..." or line
+end
+
+-- The header: the task, the answer, why the run ended and what it cost, in all and per model.
+local function render_totals(out, run)
+  local st, f = run.start or {}, run.final or {}
+  local u = f.usage or {}
+  local rows = {
+    {"task", st.task}, {"answer", str(f.fields)},
+    {"reason", (f.reason or "(the run did not finish)") .. (f.detail and (": " .. f.detail) or "")},
+    {"turns", ("%s%s"):format(f.iterations or #run.steps, f.extracted and " (answer extracted)" or "")},
+    {"model calls", ("%s (%s for code)"):format(u.calls or "?", u.llm_calls or "?")},
+    {"tokens", ("%s in, %s out"):format(u.input_tokens or "?", u.output_tokens or "?")},
+    {"cost", u.cost and ("$%.4f"):format(u.cost) or "?"},
+    {"time", u.elapsed and ("%.1f s"):format(u.elapsed) or "?"},
+  }
+  local models = {}
+  for name, m in pairs(u.by_model or {}) do
+    models[#models + 1] = ("%s: %s calls, %s in / %s out, $%.4f"):format(name, m.calls or 0,
+      m.input_tokens or 0, m.output_tokens or 0, m.cost or 0)
+  end
+  table.sort(models)
+  if #models > 0 then rows[#rows + 1] = {"per model", table.concat(models, "\n")} end
+  out[#out + 1] = '<table class="totals">'
+  for _, r in ipairs(rows) do
+    out[#out + 1] = ('<tr><td>%s</td><td class="prose">%s</td></tr>'):format(r[1], esc(r[2]))
+  end
+  out[#out + 1] = "</table>"
+end
 
 local function index(records)
   local runs, order = {}, {}
@@ -78,8 +117,9 @@ end
 
 function render_run(out, run, runs)
   local st = run.start or {}
-  out[#out + 1] = ("<table><tr><td>task</td><td>%s</td></tr><tr><td>model</td><td>%s (sub-calls: %s)</td></tr></table>")
-    :format(esc(st.task), esc(st.model), esc(st.sub_model))
+  if run.depth == 0 then render_totals(out, run) end
+  out[#out + 1] = ("<table><tr><td>model</td><td>%s (sub-calls: %s)</td></tr></table>")
+    :format(esc(st.model), esc(st.sub_model))
   for _, step in ipairs(run.steps) do
     local c = run.compactions[step.turn]
     if c then
@@ -88,9 +128,13 @@ function render_run(out, run, runs)
     end
     local subs = run.subcalls[step.turn] or {}
     local u = step.usage or {}
-    out[#out + 1] = ('<details class="step" open><summary>Turn %d <span class="meta">%.2fs, %s in / %s out tokens, %d sub-call groups</span></summary>')
-      :format(step.turn, step.duration or 0, u.input_tokens or "?", u.output_tokens or "?", #subs)
-    out[#out + 1] = ("<div>model reply</div><pre>%s</pre>"):format(esc(step.reply))
+    local failed = false
+    for _, c in ipairs(step.code or {}) do failed = failed or c.error ~= nil end
+    -- One line per turn, opened on click: a 200-turn run stays one screen.
+    out[#out + 1] = ('<details class="step"><summary>Turn %d%s <span class="meta">%.2fs, %s in / %s out tokens, %d sub-call groups</span> <span class="first">%s</span></summary>')
+      :format(step.turn, failed and ' <span class="err">error</span>' or "", step.duration or 0,
+              u.input_tokens or "?", u.output_tokens or "?", #subs, esc(first_line(step.reply)))
+    out[#out + 1] = ('<div>model reply</div><pre class="prose">%s</pre>'):format(esc(prose(step.reply)))
     for i, c in ipairs(step.code or {}) do
       out[#out + 1] = ("<div>code block %d%s</div><pre>%s</pre><div>output</div><pre%s>%s</pre>")
         :format(i, c.error and (' <span class="err">' .. esc(c.error) .. "</span>") or "", esc(c.code),
