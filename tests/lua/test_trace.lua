@@ -96,6 +96,37 @@ tests["rlm trace --html renders every step, sub-calls and child runs in a real b
   T.eq(times, 1, "the code appears once")
 end
 
+tests["a 200-turn page with megabytes of output is ready in under 1 s, and search finds a turn"] =
+function()
+  local dir = T.tmpdir()
+  local w = trace.writer(dir .. "/big.jsonl")
+  w:write{type = "start", run = "r1", depth = 0, task = "long", model = "m", sub_model = "s"}
+  for turn = 1, 200 do
+    w:write{type = "subcall", run = "r1", depth = 0, turn = turn, kind = "llm_query_batched",
+            count = 2, prompt_chars = 10, reply_chars = 4, duration = 0.01, replies = {"a", "b"}}
+    w:write{type = "step", run = "r1", depth = 0, turn = turn, duration = 0.5,
+            reply = "Turn " .. turn .. " plan.\n```repl\nprint(" .. turn .. ")\n```",
+            code = {{code = "print(" .. turn .. ")", duration = 0.1,
+                     output = ("needle-%d "):format(turn) .. string.rep("y", 12000)}},
+            usage = {input_tokens = 100, output_tokens = 10}}
+  end
+  w:write{type = "final", run = "r1", depth = 0, reason = "submitted", fields = {answer = 1},
+          usage = {calls = 200, llm_calls = 400, input_tokens = 20000, output_tokens = 2000,
+                   cost = 0.5, elapsed = 100}, iterations = 200}
+  w:close()
+  local r = T.run_rlm{"trace", dir .. "/big.jsonl", "--html", dir .. "/big.html"}
+  T.eq(r.code, 0, r.stderr)
+  T.truthy(#assert(sys.read_file(dir .. "/big.html")) > 2e6, "megabytes of output")
+  local dom, errors = browse(dir .. "/big.html#q=needle-137%20")
+  T.eq(errors, {}, "console errors")
+  local ready = tonumber(dom:match('data%-ready="(%d+)"'))
+  T.truthy(ready and ready < 1000, "ready after " .. tostring(ready) .. " ms")
+  io.stderr:write(("200-turn page (%d bytes) ready in %d ms\n"):format(#assert(sys.read_file(dir .. "/big.html")), ready))
+  T.contains(dom, "1 turns match")
+  local _, hits = dom:gsub('<details class="step hit" open="">', "")
+  T.eq(hits, 1, "the one matching turn is marked and opened")
+end
+
 tests["rlm ask --events - writes the run's records as JSON lines, and nothing else"] = function()
   local server = F.model{rules = {
     {match = "^SUB", reply = "s"},

@@ -1,6 +1,8 @@
 --- `rlm trace FILE.jsonl --html OUT.html`: a self-contained page to follow a run step by step.
 -- Child runs (rlm_query) and sub-calls nest under the turn that made them, as <details>
--- elements, so the page needs no script and works offline.
+-- elements, so everything is readable without a script; a small inline one adds a search box
+-- (also from the address: page.html#q=TEXT) and keys (j/k between turns, o to open, / to search).
+-- No network: one file.
 local args = require "rlm.args"
 local json = require "rlm.json"
 local sys = require "rlm.sys"
@@ -34,7 +36,45 @@ border-left:3px solid #cfd8e3;padding-left:.6em}summary{cursor:pointer;font-weig
 .meta{color:#666;font-weight:400}.final{border-left-color:#5a9;}.sub{border-left-color:#e0b050}
 .child{border-left-color:#a07be0}.err{color:#b00}table{border-collapse:collapse}
 td{padding:.1em .8em .1em 0;vertical-align:top}.totals td:first-child{color:#666}
-.first{font-weight:400;color:#333}.prose{white-space:pre-wrap}]]
+.first{font-weight:400;color:#333}.prose{white-space:pre-wrap}
+details.hit>summary{background:#fff3b0}#find{position:sticky;top:0;background:#fff;padding:.4em 0}
+#find input{width:24em;font:inherit}.bar{display:inline-block;height:.9em;background:#9bb7d4;
+margin-right:1px;vertical-align:middle}]]
+
+-- The search box and the keys; the time the page took to be ready goes in body[data-ready].
+local SCRIPT = [[
+(function () {
+  var box = document.getElementById('q'), hits = document.getElementById('hits');
+  var steps = [].slice.call(document.querySelectorAll('details.step')), at = -1;
+  function search(q) {
+    q = q.toLowerCase();
+    var n = 0;
+    steps.forEach(function (d) {
+      var hit = q !== '' && d.textContent.toLowerCase().indexOf(q) >= 0;
+      d.classList.toggle('hit', hit);
+      if (hit) { d.open = true; n++; }
+    });
+    hits.textContent = q ? n + ' turns match' : '';
+  }
+  box.addEventListener('input', function () { search(box.value); });
+  if (location.hash.indexOf('#q=') === 0) {
+    box.value = decodeURIComponent(location.hash.slice(3));
+    search(box.value);
+  }
+  document.addEventListener('keydown', function (e) {
+    if (e.target === box || steps.length === 0) return;
+    if (e.key === 'j' || e.key === 'k') {
+      at = Math.max(0, Math.min(steps.length - 1, at + (e.key === 'j' ? 1 : -1)));
+      steps[at].scrollIntoView({block: 'center'});
+    } else if (e.key === 'o' && at >= 0) {
+      steps[at].open = !steps[at].open;
+    } else if (e.key === '/') {
+      e.preventDefault();
+      box.focus();
+    }
+  });
+  document.body.setAttribute('data-ready', String(Math.round(performance.now())));
+})();]]
 
 -- The reply without its fenced code (the blocks are shown once, with their output).
 local function prose(reply)
@@ -71,6 +111,17 @@ local function render_totals(out, run)
   for _, r in ipairs(rows) do
     out[#out + 1] = ('<tr><td>%s</td><td class="prose">%s</td></tr>'):format(r[1], esc(r[2]))
   end
+  -- The timeline: one bar per turn, as wide as the turn was long.
+  local total = 0
+  for _, s in ipairs(run.steps) do total = total + (s.duration or 0) end
+  local bars = {}
+  for _, s in ipairs(run.steps) do
+    local subs = #(run.subcalls[s.turn] or {})
+    bars[#bars + 1] = ('<span class="bar" style="width:%dpx" title="turn %d: %.2f s, %d sub-call groups"></span>')
+      :format(math.max(2, math.floor((s.duration or 0) / math.max(total, 1e-9) * 600)), s.turn,
+              s.duration or 0, subs)
+  end
+  out[#out + 1] = ('<tr><td>timeline</td><td>%s</td></tr>'):format(table.concat(bars))
   out[#out + 1] = "</table>"
 end
 
@@ -157,7 +208,10 @@ end
 function M.html(records)
   local runs, order = index(records)
   local out = {'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>rlm trajectory</title>',
-               "<style>", CSS, "</style></head><body><h1>rlm trajectory</h1>"}
+               "<style>", CSS, "</style></head><body><h1>rlm trajectory</h1>",
+               '<div id="find"><input id="q" type="search" placeholder="search every turn (/)"> ' ..
+               '<span id="hits" class="meta"></span> <span class="meta">j/k: next/previous turn, ' ..
+               'o: open it</span></div>'}
   for _, run in ipairs(order) do
     if not run.parent or not runs[run.parent] then
       out[#out + 1] = ('<section class="run" id="%s">'):format(esc(run.id))
@@ -165,7 +219,7 @@ function M.html(records)
       out[#out + 1] = "</section>"
     end
   end
-  out[#out + 1] = "</body></html>\n"
+  out[#out + 1] = "<script>" .. SCRIPT .. "</script></body></html>\n"
   return table.concat(out)
 end
 
