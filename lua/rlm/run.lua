@@ -222,13 +222,26 @@ function Run:model_call(model, req, how)
   return res
 end
 
-function Run:sub_prompt_record(kind, prompts, texts, started)
+-- What a trajectory keeps of each sub-call prompt: its head (a prompt may carry megabytes of
+-- context, which the sandbox and the trajectory's own start record already hold).
+local PROMPT_KEPT = 2000
+
+-- The record of a batch of sub-calls: each prompt (its head) and answer, with the model, its
+-- tokens and cost (usage: per item, nil for a refused or cached one).
+function Run:sub_prompt_record(kind, prompts, texts, started, label, usage)
   local chars_in, chars_out = 0, 0
-  for _, p in ipairs(prompts) do chars_in = chars_in + #p end
-  for _, t in ipairs(texts) do chars_out = chars_out + #tostring(t) end
-  self:record{type = "subcall", kind = kind, turn = self.turn, count = #prompts,
+  local items = {}
+  for i, p in ipairs(prompts) do
+    chars_in = chars_in + #p
+    chars_out = chars_out + #tostring(texts[i])
+    local u = usage and usage[i]
+    items[i] = {prompt = #p > PROMPT_KEPT and p:sub(1, PROMPT_KEPT) or p, prompt_chars = #p,
+                input_tokens = u and u.input_tokens, output_tokens = u and u.output_tokens,
+                cost = u and self:cost_of(label, u)}
+  end
+  self:record{type = "subcall", kind = kind, turn = self.turn, count = #prompts, model = label,
               prompt_chars = chars_in, reply_chars = chars_out,
-              duration = sys.now() - started, replies = texts}
+              duration = sys.now() - started, replies = texts, items = items}
 end
 
 -- The label of a model the code may use (model: nil for the sub-model), or nil, err.
@@ -366,13 +379,15 @@ function Run:llm_query(prompts, model, kind)
   end
   -- A failed item becomes an error string in its slot, as DSPy does, so one bad call does not
   -- lose the batch; the code can test for the prefix.
+  local usage = {}
   for n, r in ipairs(results) do
     self:settle(tickets[n], label, not r.error and r or nil)
     texts[slots[n]] = r.error and "[ERROR] " .. tostring(r.error) or r.text
+    usage[slots[n]] = r.usage
     if not r.error then self:remember(label, prompts[slots[n]], r) end
   end
   async.check_interrupt()
-  self:sub_prompt_record(kind, prompts, texts, started)
+  self:sub_prompt_record(kind, prompts, texts, started, label, usage)
   return texts
 end
 
@@ -613,6 +628,25 @@ end
 
 -- ---------- the loop ----------
 
+local WARN_AT = 0.2     -- a budget warning when less than this share of a limit remains
+local LIMIT_OF = {calls = "max_llm_calls", tokens = "max_tokens", cost = "max_cost",
+                  seconds = "max_time"}
+
+-- Records (and tells on_event) once per limit when what remains of it falls under WARN_AT.
+function Run:warn_budget()
+  local r = self.budget:remaining()
+  self.warned = self.warned or {}
+  for what, key in pairs(LIMIT_OF) do
+    local limit = self.budget:binding(what, key)
+    if limit and limit > 0 and r[what] and r[what] < limit * WARN_AT and not self.warned[key] then
+      self.warned[key] = true
+      local e = {type = "budget_warning", turn = self.turn, limit = key, remaining = r[what], of = limit}
+      self:record(e)
+      self:event{type = "budget_warning", limit = key, remaining = r[what], of = limit}
+    end
+  end
+end
+
 -- A budget refusal's text ("max_tokens: ...") as a reason ("budget:max_tokens").
 local function budget_reason(msg)
   local limit = tostring(msg):match("^(max_[%w_]+):")
@@ -710,10 +744,12 @@ function Run:loop()
     if recorded then self:compare(recorded) end
     local step = {type = "step", turn = turn, prompt_chars = request_chars, reply = reply.text,
                   code = self.steps_code, output = output, calls = self.step_calls,
+                  feedback = feedback, variables = variables_line(pyvars),
                   usage = reply.usage, sub_usage = spent_since(self.budget, before),
                   duration = sys.now() - t0}
     self.steps[#self.steps + 1] = step
     self:record(step)
+    self:warn_budget()
     self:event{type = "turn", turn = turn, max_iterations = self.max_iterations,
                usage = self.budget:usage()}
     if submitted then return {fields = submitted, reason = "submitted", submitted = true} end

@@ -164,6 +164,11 @@ print("refused", len(bad), "ok", out.count("ok"))]])},
   local res = rlm.run{task = "batch", context = "abc", sub_model = "openai/sub-model",
                       max_llm_calls = 50, max_depth = 1}
   T.eq(res.reason, "submitted")
+  local warned
+  for _, rec in ipairs(res.trajectory) do
+    if rec.type == "budget_warning" then warned = rec end
+  end
+  T.eq(warned and warned.limit, "max_llm_calls", "a warning once calls ran low")
   T.eq(res.iterations, 2)
   local _, per_model = billed(server)
   T.eq(per_model["sub-model"], 50)

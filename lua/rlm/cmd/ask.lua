@@ -74,6 +74,9 @@ local function read_context(path)
 end
 
 local function progress(e)
+  if e.type == "budget_warning" then
+    io.stderr:write(("budget: %s has %.4g of %.4g left\n"):format(e.limit, e.remaining, e.of))
+  end
   if e.type ~= "turn" then return end
   local u = e.usage
   io.stderr:write(("%sturn %d/%d  tokens %d  calls %d  cost $%.4f  %.1fs\n"):format(

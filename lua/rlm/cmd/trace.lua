@@ -131,7 +131,7 @@ local function index(records)
     local run = runs[r.run]
     if not run then
       run = {id = r.run, depth = r.depth or 0, parent = r.parent, steps = {}, subcalls = {},
-             compactions = {}}
+             compactions = {}, warnings = {}}
       runs[r.run] = run
       order[#order + 1] = run
     end
@@ -142,6 +142,9 @@ local function index(records)
       run.subcalls[t] = run.subcalls[t] or {}
       table.insert(run.subcalls[t], r)
     elseif r.type == "compaction" then run.compactions[r.turn or 0] = r
+    elseif r.type == "budget_warning" then
+      run.warnings[r.turn or 0] = run.warnings[r.turn or 0] or {}
+      table.insert(run.warnings[r.turn or 0], r)
     elseif r.type == "final" then run.final = r
     elseif r.type == "extract" then run.extract = r end
   end
@@ -158,10 +161,21 @@ local function render_subcall(out, s, runs)
     out[#out + 1] = "</details>"
     return
   end
-  out[#out + 1] = ('<details class="sub"><summary>%s &times;%d <span class="meta">depth %d, %d chars in, %d out, %.2fs</span></summary>')
-    :format(esc(s.kind), s.count or 1, (s.depth or 0) + 1, s.prompt_chars or 0, s.reply_chars or 0, s.duration or 0)
+  out[#out + 1] = ('<details class="sub"><summary>%s &times;%d <span class="meta">%s, depth %d, %d chars in, %d out, %.2fs</span></summary>')
+    :format(esc(s.kind), s.count or 1, esc(s.model or ""), (s.depth or 0) + 1, s.prompt_chars or 0,
+            s.reply_chars or 0, s.duration or 0)
   for i, reply in ipairs(s.replies or {}) do
-    out[#out + 1] = ("<div>reply %d</div><pre>%s</pre>"):format(i, esc(reply))
+    local item = (s.items or {})[i] or {}
+    local meta = item.input_tokens
+      and ("%s in / %s out tokens, $%.4f"):format(item.input_tokens, item.output_tokens or "?", item.cost or 0)
+      or "no call (refused, failed or cached)"
+    if item.prompt then
+      local more = (item.prompt_chars or 0) > #item.prompt
+        and ("\n[... %d characters in all]"):format(item.prompt_chars) or ""
+      out[#out + 1] = ("<div>prompt %d</div><pre>%s%s</pre>"):format(i, esc(item.prompt), esc(more))
+    end
+    out[#out + 1] = ('<div>answer %d <span class="meta">%s</span></div><pre>%s</pre>'):format(
+      i, esc(meta), esc(reply))
   end
   out[#out + 1] = "</details>"
 end
@@ -192,6 +206,14 @@ function render_run(out, run, runs)
                 c.error and ' class="err"' or "", esc(c.output))
     end
     for _, s in ipairs(subs) do render_subcall(out, s, runs) end
+    for _, w in ipairs(run.warnings[step.turn] or {}) do
+      out[#out + 1] = ('<div class="err">budget: %s has %.4g of %.4g left</div>'):format(
+        esc(w.limit), w.remaining or 0, w.of or 0)
+    end
+    if step.variables or step.feedback then
+      out[#out + 1] = ("<div>sent back to the model with the output</div><pre>REPL variables: %s\n%s</pre>")
+        :format(esc(step.variables or ""), esc(step.feedback or ""))
+    end
     out[#out + 1] = "</details>"
   end
   if run.extract then

@@ -211,6 +211,9 @@ function M.new(cfg)
   local function run_loop(ctx, opts, stage)
     opts.model, opts.backend = cfg.model, cfg.backend
     opts.on_event = function(e)
+      if e.type == "budget_warning" then
+        ctx.log("warning", ("budget: %s has %.4g of %.4g left"):format(e.limit, e.remaining, e.of), "rlm")
+      end
       if e.type == "turn" and (e.depth or 0) == 0 then
         if stage then stage(e) else
           ctx.progress(e.turn, e.max_iterations, ("turn %d of at most %d"):format(e.turn, e.max_iterations))
