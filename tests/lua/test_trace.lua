@@ -92,8 +92,9 @@ tests["rlm trace --html renders every step, sub-calls and child runs in a real b
   T.contains(dom, ("%d (%d for code)"):format(final.usage.calls, final.usage.llm_calls))
   -- turns collapsed to one line each until clicked; each block's code shown once
   T.truthy(not dom:find('<details class="step" open', 1, true), "turns start collapsed")
-  local _, times = dom:gsub("llm_query_batched%(%['SUMMARISE 1'", "")
+  local _, times = dom:gsub("'SUMMARISE 1'", "")
   T.eq(times, 1, "the code appears once")
+  T.contains(dom, [[<span class="s">'SUMMARISE 1'</span>]], "coloured strings")
   -- each sub-call's prompt and answer, with its model and tokens; what the model was sent back
   T.contains(dom, "<div>prompt 2</div><pre>SUMMARISE 2</pre>")
   T.truthy(dom:find("answer 1 <span class=\"meta\">%d+ in / %d+ out tokens"), "tokens per answer")
@@ -128,6 +129,69 @@ function()
   T.contains(dom, "1 turns match")
   local _, hits = dom:gsub('<details class="step hit" open="">', "")
   T.eq(hits, 1, "the one matching turn is marked and opened")
+end
+
+tests["rlm trace opens the reference implementation's logs"] = function()
+  local dir = T.tmpdir()
+  local lines = {
+    {type = "metadata", root_model = "gpt-5", max_depth = 1, max_iterations = 30},
+    {type = "iteration", iteration = 1, response = "Look first.\n```repl\nprint(len(context))\n```",
+     iteration_time = 1.5, code_blocks = {{code = "print(len(context))", result = {
+       stdout = "42\n", stderr = "", execution_time = 0.01,
+       rlm_calls = {{prompt = "summarise", response = "a summary", execution_time = 0.5}}}}}},
+    {type = "iteration", iteration = 2, response = "FINAL(42)", code_blocks = {},
+     final_answer = "42", iteration_time = 0.3},
+  }
+  local text = {}
+  for i, l in ipairs(lines) do text[i] = require("rlm.json").encode(l) end
+  assert(sys.write_file(dir .. "/ref.jsonl", table.concat(text, "\n") .. "\n"))
+  local r = T.run_rlm{"trace", dir .. "/ref.jsonl"}
+  T.eq(r.code, 0, r.stderr)
+  T.contains(r.stdout, "turn 2")
+  T.contains(r.stdout, "result: submitted")
+  r = T.run_rlm{"trace", dir .. "/ref.jsonl", "--html", dir .. "/ref.html"}
+  T.eq(r.code, 0, r.stderr)
+  local dom, errors = browse(dir .. "/ref.html")
+  T.eq(errors, {})
+  T.contains(dom, "gpt-5")
+  T.contains(dom, "a summary")
+  T.contains(dom, "42")
+end
+
+tests["rlm trace --follow prints a running run's records and stops at its result"] = function()
+  local dir = T.tmpdir()
+  local path = dir .. "/live.jsonl"
+  local w = trace.writer(path)
+  w:write{type = "start", run = "r", depth = 0, task = "t"}
+  local proc = assert(sys.spawn{argv = {T.rlm, "trace", "--follow", path}, stdin = "null"})
+  T.defer(function() proc:close() end)
+  w:write{type = "step", run = "r", depth = 0, turn = 1, duration = 0.2, code = {}}
+  T.contains(assert(sys.read_line(proc, 10)), "turn 1")
+  w:write{type = "final", run = "r", depth = 0, reason = "submitted"}
+  T.contains(assert(sys.read_line(proc, 10)), "result: submitted")
+  T.eq({sys.wait(proc, 5)}, {"exit", 0})
+  w:close()
+end
+
+tests["rlm trace --serve serves the page on loopback and reloads it until the run ends"] = function()
+  local dir = T.tmpdir()
+  local path = dir .. "/live.jsonl"
+  local w = trace.writer(path)
+  w:write{type = "start", run = "r", depth = 0, task = "served task"}
+  local proc = assert(sys.spawn{argv = {T.rlm, "trace", "--serve", path}, stdin = "null"})
+  T.defer(function() proc:kill("TERM"); sys.wait(proc, 2); proc:close() end)
+  local url = assert(sys.read_line(proc, 10)):match("^READY (http://127%.0%.0%.1:%d+/)$")
+  T.truthy(url, "READY line")
+  local http = require "rlm.http"
+  local res = assert(http.request{url = url})
+  T.eq(res.status, 200)
+  T.contains(res.body, "served task")
+  T.contains(res.body, 'http-equiv="refresh"')
+  w:write{type = "final", run = "r", depth = 0, reason = "submitted"}
+  res = assert(http.request{url = url})
+  T.truthy(not res.body:find('http-equiv="refresh"', 1, true), "no reload once the run ended")
+  T.eq(assert(http.request{url = url, headers = {Host = "evil.example"}}).status, 403)
+  w:close()
 end
 
 tests["rlm ask --events - writes the run's records as JSON lines, and nothing else"] = function()

@@ -10,16 +10,70 @@ local trace = require "rlm.trace"
 
 local M = {}
 
-M.help = [[
-usage: rlm trace FILE.jsonl [--html OUT.html]
+M.help = [=[
+usage: rlm trace FILE.jsonl [--html OUT.html | --follow | --serve [--port P]]
 
-Reads a trajectory written by `rlm ask --trace` or rlm.run{trace = ...}. Without --html prints
-a one-line summary per turn; with --html writes a self-contained page where each turn, its
-code, output and sub-calls (and child runs) can be expanded.]]
+Reads a trajectory written by `rlm ask --trace` or rlm.run{trace = ...} (or a log of the
+reference implementation, alexzhang13/rlm). Without options prints a line per turn, sub-call
+batch, compaction, budget warning and result; --html writes a self-contained page (totals, a
+timeline, turns that open on click, search, keys); --follow prints the lines as a running run
+appends them and stops at its result; --serve serves the page on 127.0.0.1 (printing its
+address), made again at each request and reloading itself until the run ends.]=]
 
 local function esc(s)
   s = tostring(s == nil and "" or s)
   return (s:gsub("[&<>\"]", {["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;"}))
+end
+
+local PY_KEYWORDS = {}
+for w in ([[False None True and as assert async await break class continue def del elif else
+  except finally for from global if import in is lambda nonlocal not or pass raise return try
+  while with yield]]):gmatch("%S+") do PY_KEYWORDS[w] = true end
+
+-- The end (exclusive) of the string literal that starts at i with the quote q (one quote
+-- character, or three).
+local function string_end(code, i, q)
+  local j = i + #q
+  while j <= #code do
+    local c = code:sub(j, j)
+    if c == "\\" then
+      j = j + 2
+    elseif code:sub(j, j + #q - 1) == q then
+      return j + #q
+    elseif #q == 1 and c == "\n" then
+      return j
+    else
+      j = j + 1
+    end
+  end
+  return #code + 1
+end
+
+-- Python source as HTML with its keywords, strings and comments marked (.k .s .c).
+local function colour(code)
+  code = tostring(code or "")
+  local out, i = {}, 1
+  while i <= #code do
+    local c = code:sub(i, i)
+    local j
+    if c == "#" then
+      j = code:find("\n", i, true) or #code + 1
+      out[#out + 1] = '<span class="c">' .. esc(code:sub(i, j - 1)) .. "</span>"
+    elseif c == "'" or c == '"' then
+      local q = code:sub(i, i + 2) == c:rep(3) and c:rep(3) or c
+      j = string_end(code, i, q)
+      out[#out + 1] = '<span class="s">' .. esc(code:sub(i, j - 1)) .. "</span>"
+    elseif c:match("[%a_]") then
+      local word = code:match("^[%w_]+", i)
+      j = i + #word
+      out[#out + 1] = PY_KEYWORDS[word] and ('<span class="k">' .. word .. "</span>") or word
+    else
+      j = code:find("[#'\"%a_]", i + 1) or #code + 1
+      out[#out + 1] = esc(code:sub(i, j - 1))
+    end
+    i = j
+  end
+  return table.concat(out)
 end
 
 local function str(v)
@@ -36,7 +90,8 @@ border-left:3px solid #cfd8e3;padding-left:.6em}summary{cursor:pointer;font-weig
 .meta{color:#666;font-weight:400}.final{border-left-color:#5a9;}.sub{border-left-color:#e0b050}
 .child{border-left-color:#a07be0}.err{color:#b00}table{border-collapse:collapse}
 td{padding:.1em .8em .1em 0;vertical-align:top}.totals td:first-child{color:#666}
-.first{font-weight:400;color:#333}.prose{white-space:pre-wrap}
+.first{font-weight:400;color:#333}.prose{white-space:pre-wrap}.k{color:#0b57a4;font-weight:600}
+.s{color:#2a7a2a}.c{color:#888;font-style:italic}
 details.hit>summary{background:#fff3b0}#find{position:sticky;top:0;background:#fff;padding:.4em 0}
 #find input{width:24em;font:inherit}.bar{display:inline-block;height:.9em;background:#9bb7d4;
 margin-right:1px;vertical-align:middle}]]
@@ -202,7 +257,7 @@ function render_run(out, run, runs)
     out[#out + 1] = ('<div>model reply</div><pre class="prose">%s</pre>'):format(esc(prose(step.reply)))
     for i, c in ipairs(step.code or {}) do
       out[#out + 1] = ("<div>code block %d%s</div><pre>%s</pre><div>output</div><pre%s>%s</pre>")
-        :format(i, c.error and (' <span class="err">' .. esc(c.error) .. "</span>") or "", esc(c.code),
+        :format(i, c.error and (' <span class="err">' .. esc(c.error) .. "</span>") or "", colour(c.code),
                 c.error and ' class="err"' or "", esc(c.output))
     end
     for _, s in ipairs(subs) do render_subcall(out, s, runs) end
@@ -245,24 +300,130 @@ function M.html(records)
   return table.concat(out)
 end
 
+-- The reference implementation's logs (alexzhang13/rlm, rlm/logger/rlm_logger.py: a
+-- "metadata" line, then one "iteration" line per turn) as rlm's records, so the page opens them.
+function M.from_reference(records)
+  local meta = records[1]
+  local out = {{type = "start", run = "reference", depth = 0, model = meta.root_model,
+                task = "(a run of the reference implementation)"}}
+  local final
+  for _, it in ipairs(records) do
+    if it.type == "iteration" then
+      local code = {}
+      local turn = it.iteration
+      for i, block in ipairs(it.code_blocks or {}) do
+        local r = block.result or {}
+        code[i] = {code = block.code, duration = r.execution_time,
+                   output = (r.stdout or "") .. ((r.stderr or "") ~= "" and "\n[stderr]\n" .. r.stderr or "")}
+        local calls = r.rlm_calls or {}
+        if #calls > 0 then
+          local replies, items = {}, {}
+          for k, c in ipairs(calls) do
+            replies[k] = str(c.response)
+            items[k] = {prompt = str(c.prompt)}
+          end
+          out[#out + 1] = {type = "subcall", run = "reference", depth = 0, turn = turn,
+                           kind = "llm_query", count = #calls, replies = replies, items = items}
+        end
+      end
+      out[#out + 1] = {type = "step", run = "reference", depth = 0, turn = turn,
+                       reply = str(it.response), code = code, duration = it.iteration_time}
+      if it.final_answer ~= nil then final = it.final_answer end
+    end
+  end
+  out[#out + 1] = {type = "final", run = "reference", depth = 0,
+                   reason = final ~= nil and "submitted" or "(no final answer logged)",
+                   fields = final ~= nil and {answer = final} or {}}
+  return out
+end
+
+-- One line per record, for watching a run in a terminal.
+local function show(r)
+  local pad = string.rep("  ", r.depth or 0)
+  if r.type == "step" then
+    local u = r.usage or {}
+    return ("%sturn %d  %.2fs  %s in / %s out tokens  %d code blocks"):format(pad, r.turn,
+      r.duration or 0, u.input_tokens or "?", u.output_tokens or "?", #(r.code or {}))
+  elseif r.type == "subcall" then
+    return ("%s  %s x%d  %.2fs"):format(pad, tostring(r.kind), r.count or 1, r.duration or 0)
+  elseif r.type == "compaction" then
+    return ("%s  history compacted: %s -> %s tokens"):format(pad, r.before_tokens, r.after_tokens)
+  elseif r.type == "budget_warning" then
+    return ("%s  budget: %s has %.4g of %.4g left"):format(pad, r.limit, r.remaining or 0, r.of or 0)
+  elseif r.type == "final" then
+    return ("%sresult: %s%s"):format(pad, tostring(r.reason), r.detail and (" (" .. r.detail .. ")") or "")
+  end
+end
+
+-- Prints each record as the run appends it, until the root run's final record.
+local function follow(path)
+  local pos, partial = 0, ""
+  while true do
+    local f = io.open(path, "rb")
+    if f then
+      f:seek("set", pos)
+      local data = f:read("a") or ""
+      f:close()
+      pos = pos + #data
+      partial = partial .. data
+      for line in partial:gmatch("([^\n]*)\n") do
+        local r = json.decode(line)
+        if type(r) == "table" then
+          local text = show(r)
+          if text then print(text) io.stdout:flush() end
+          if r.type == "final" and (r.depth or 0) == 0 then return 0 end
+        end
+      end
+      partial = partial:match("([^\n]*)$")
+    end
+    sys.sleep(0.2)
+  end
+end
+
+-- Serves the page on loopback, made again at each request; it reloads itself every 2 s until
+-- the run's final record is in.
+local function serve(path, port)
+  local httpd = require "rlm.core.httpd"
+  local async = require "rlm.async"
+  local listener <close> = assert(httpd.listen{host = "127.0.0.1", port = port or 0,
+    admit = {hosts = {"127.0.0.1", "localhost"}, origins = {}}})
+  print(("READY http://127.0.0.1:%d/"):format(listener:port()))
+  io.stdout:flush()
+  while true do
+    async.await(listener:id())
+    while true do
+      local req = listener:next()
+      if not req then break end
+      local records = trace.read(path) or {}
+      local done = false
+      for _, r in ipairs(records) do done = done or (r.type == "final" and (r.depth or 0) == 0) end
+      local page = M.html(records)
+      if not done then
+        page = page:gsub("<head>", '<head><meta http-equiv="refresh" content="2">', 1)
+      end
+      req:respond(200, {["Content-Type"] = "text/html; charset=utf-8"}, page)
+    end
+  end
+end
+
 function M.main(argv)
-  local opts, rest = args.parse(argv, {html = "string"})
+  local opts, rest = args.parse(argv, {html = "string", follow = "flag", serve = "flag",
+                                       port = "number"})
   if #rest ~= 1 then
     return args.usage("trace", "give one FILE.jsonl", M.help)
   end
+  if opts.follow then return follow(rest[1]) end
+  if opts.serve then return serve(rest[1], opts.port) end
   local records, err = trace.read(rest[1])
   if not records then error("cannot read the trajectory: " .. err, 0) end
+  if records[1] and records[1].type == "metadata" then records = M.from_reference(records) end
   if opts.html then
     assert(sys.write_file(opts.html, M.html(records)))
     io.stderr:write(("wrote %s (%d records)\n"):format(opts.html, #records))
   else
     for _, r in ipairs(records) do
-      if r.type == "step" then
-        print(("%s turn %d  %.2fs  %d code blocks"):format(string.rep("  ", r.depth or 0), r.turn,
-          r.duration or 0, #(r.code or {})))
-      elseif r.type == "final" then
-        print(("%s result: %s"):format(string.rep("  ", r.depth or 0), r.reason))
-      end
+      local text = show(r)
+      if text then print(text) end
     end
   end
   return 0
