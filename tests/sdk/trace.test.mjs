@@ -66,6 +66,10 @@ test('turns are collapsed until clicked', async () => {
   await turn7.locator('summary').first().click();
   assert.equal(await turn7.evaluate((d) => d.open), true);
   assert.match(await turn7.innerText(), /needle-7 /);
+  // its 12,000-character output is folded under its first line and size
+  const out = turn7.locator('details.out').first();
+  assert.equal(await out.evaluate((d) => d.open), false);
+  assert.match(await out.locator('summary').innerText(), /12009 characters: needle-7 /);
 });
 
 test('search opens and marks the turns that contain the text; the keys move and open', async () => {

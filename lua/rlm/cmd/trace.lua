@@ -143,6 +143,8 @@ local function first_line(reply)
 end
 
 -- The header: the task, the answer, why the run ended and what it cost, in all and per model.
+local FOLD_OUTPUT = 2000     -- characters of output shown open; longer ones are folded
+
 local function render_totals(out, run)
   local st, f = run.start or {}, run.final or {}
   local u = f.usage or {}
@@ -256,9 +258,17 @@ function render_run(out, run, runs)
               u.input_tokens or "?", u.output_tokens or "?", #subs, esc(first_line(step.reply)))
     out[#out + 1] = ('<div>model reply</div><pre class="prose">%s</pre>'):format(esc(prose(step.reply)))
     for i, c in ipairs(step.code or {}) do
-      out[#out + 1] = ("<div>code block %d%s</div><pre>%s</pre><div>output</div><pre%s>%s</pre>")
-        :format(i, c.error and (' <span class="err">' .. esc(c.error) .. "</span>") or "", colour(c.code),
-                c.error and ' class="err"' or "", esc(c.output))
+      out[#out + 1] = ("<div>code block %d%s</div><pre>%s</pre>")
+        :format(i, c.error and (' <span class="err">' .. esc(c.error) .. "</span>") or "", colour(c.code))
+      local text = tostring(c.output or "")
+      local pre = ("<pre%s>%s</pre>"):format(c.error and ' class="err"' or "", esc(text))
+      -- A long output is folded under its first line and its size.
+      if #text > FOLD_OUTPUT then
+        out[#out + 1] = ('<details class="out"><summary>output <span class="meta">%d characters: %s</span></summary>%s</details>')
+          :format(#text, esc((text:match("^[^\n]*") or ""):sub(1, 80)), pre)
+      else
+        out[#out + 1] = "<div>output</div>" .. pre
+      end
     end
     for _, s in ipairs(subs) do render_subcall(out, s, runs) end
     for _, w in ipairs(run.warnings[step.turn] or {}) do
