@@ -13,6 +13,7 @@ commands:
   ask "TASK"               run the RLM loop on a task (--context FILE, --model M, ...)
   trace FILE.jsonl         summarise a trajectory, or render it (--html OUT.html)
   replay FILE.jsonl        run a trajectory again on its recorded answers; report differences
+  bench TASK               the paper's evaluations with your key: accuracy, cost, spread
   skill list|show|NAME     the bundled recipes (and yours, from RLM_SKILLS_PATH)
   exec CODE|-              run one block of Python in a fresh sandbox (--backend, --volume, --json)
   daytona-smoke            check a Daytona setup end to end, without any model (--repo URL)
@@ -154,6 +155,7 @@ M.lazy = lazy
 lazy("ask", "rlm.cmd.ask", require_help("rlm.cmd.ask"))
 lazy("trace", "rlm.cmd.trace", require_help("rlm.cmd.trace"))
 lazy("replay", "rlm.cmd.replay", require_help("rlm.cmd.replay"))
+lazy("bench", "rlm.cmd.bench", require_help("rlm.cmd.bench"))
 lazy("skill", "rlm.cmd.skill", require_help("rlm.cmd.skill"))
 lazy("mcp", "rlm.cmd.mcp", require_help("rlm.cmd.mcp"))
 lazy("exec", "rlm.cmd.exec", require_help("rlm.cmd.exec"))
