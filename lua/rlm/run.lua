@@ -110,10 +110,17 @@ local function load_context(interp, context, inline_limit)
   return nil, r
 end
 
+-- Variables named in each turn's prompt; the rest are counted (SHOW_VARS() lists them all).
+local VARIABLES_SHOWN = 50
+
 local function variables_line(vars)
   if not vars or #vars == 0 then return "(none)" end
   local parts = {}
-  for _, v in ipairs(vars) do
+  for i, v in ipairs(vars) do
+    if i > VARIABLES_SHOWN then
+      parts[#parts + 1] = ("... and %d more (SHOW_VARS() lists them)"):format(#vars - VARIABLES_SHOWN)
+      break
+    end
     local sized = type(v.size) == "number"     -- null (json.null) for values without a length
     parts[#parts + 1] = sized and ("%s: %s, %s"):format(v.name, v.type, v.size) or
       ("%s: %s"):format(v.name, v.type)

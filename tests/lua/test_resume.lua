@@ -208,6 +208,18 @@ function()
            "500 whole characters in the preview")
 end
 
+tests["a turn's prompt names at most 50 variables and counts the rest"] = function()
+  local server = F.model{rules = {
+    {match = "Turn 2 of", reply = F.code("SUBMIT(answer='ok')")},
+    {match = ".", reply = F.code("for i in range(5000):\n    globals()['v%d' % i] = i")},
+  }}
+  local res = rlm.run{task = "many", context = "abc"}
+  T.eq(res.reason, "submitted")
+  local prompt = F.stats(server).last_body.messages[4].content
+  T.truthy(#prompt < 3000, "the turn's prompt is " .. #prompt .. " characters")
+  T.truthy(prompt:find("... and %d+ more %(SHOW_VARS%(%) lists them%)"), prompt:sub(1, 300))
+end
+
 tests["parse: CRLF fences, python3 blocks and a multi-line FINAL"] = function()
   T.eq(parse.code_blocks("x\r\n```python3\r\nprint(1)\r\n```\r\n"), {"print(1)"})
   T.eq(parse.final("Done.\nFINAL(first line\nsecond line)"), {text = "first line\nsecond line"})
