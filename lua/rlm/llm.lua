@@ -203,11 +203,17 @@ function M.load_prices(path)
   if not ok or type(t) ~= "table" then
     error(("the prices file %s is not a JSON object"):format(path), 0)
   end
+  return M.check_prices(t, "the prices file " .. path)
+end
+
+--- t when every entry is {input = USD, output = USD} (per million tokens, >= 0); else raises
+-- naming `where` and the entry at fault.
+function M.check_prices(t, where)
   for label, p in pairs(t) do
     if type(p) ~= "table" or type(p.input) ~= "number" or type(p.output) ~= "number"
         or p.input < 0 or p.output < 0 then
-      error(("the prices file %s: %s needs {\"input\": USD, \"output\": USD} per million tokens")
-        :format(path, tostring(label)), 0)
+      error(("%s: %s needs {input = USD, output = USD} per million tokens"):format(
+        where, tostring(label)), 0)
     end
   end
   return t

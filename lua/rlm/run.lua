@@ -778,12 +778,7 @@ local function run_prices(opts)
   if file and file ~= "" then
     for k, v in pairs(llm.load_prices(file)) do t[k] = v end
   end
-  for k, v in pairs(opts.prices or {}) do
-    if type(v) ~= "table" or type(v.input) ~= "number" or type(v.output) ~= "number" then
-      error(("prices[%q] needs {input = USD, output = USD} per million tokens"):format(tostring(k)), 0)
-    end
-    t[k] = v
-  end
+  for k, v in pairs(llm.check_prices(opts.prices or {}, "prices")) do t[k] = v end
   return t
 end
 
@@ -799,7 +794,7 @@ local function allowed_models(list)
 end
 
 -- Under max_cost every model the run may call needs a price: refused before anything starts.
-local function check_prices(self)
+local function require_prices(self)
   if not self.budget.limits.max_cost then return end
   local labels = {[llm.label(self.model)] = true}
   for label in pairs(self.sub_models) do labels[label] = true end
@@ -850,7 +845,7 @@ local function new_run(opts)
   }
   self.prices = run_prices(opts)
   self.sub_models = allowed_models(opts.sub_models or {self.sub_model})
-  if depth == 0 then check_prices(self) end
+  if depth == 0 then require_prices(self) end
   if opts.child_budget ~= nil then self.budget:child(opts.child_budget) end   -- misuse shows now
   self.context_window = opts.context_window
     or llm.context_window(llm.label(model), opts.context_windows)

@@ -27,6 +27,16 @@ function F.model(script, extra_args)
   return server
 end
 
+--- The environment of an `rlm` subprocess that talks to the stand-in server as the root model
+-- openai/root-model; extra adds or replaces variables.
+function F.env(server, extra)
+  local env = {PATH = sys.getenv("PATH"), HOME = sys.getenv("HOME"), TMPDIR = sys.getenv("TMPDIR"),
+               OPENAI_BASE_URL = server.url .. "/v1", OPENAI_API_KEY = "sk-test-key-0123456789",
+               RLM_MODEL = "openai/root-model"}
+  for k, v in pairs(extra or {}) do env[k] = v end
+  return env
+end
+
 --- A reply that runs one block of Python.
 function F.code(src)
   return "Let me do that.\n```repl\n" .. src .. "\n```\n"

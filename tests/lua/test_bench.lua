@@ -56,20 +56,12 @@ local function needle_model()
   }}
 end
 
-local function env_for(server, extra)
-  local env = {PATH = sys.getenv("PATH"), HOME = sys.getenv("HOME"), TMPDIR = sys.getenv("TMPDIR"),
-               OPENAI_BASE_URL = server.url .. "/v1", OPENAI_API_KEY = "sk-test-key-0123456789",
-               RLM_MODEL = "openai/root-model"}
-  for k, v in pairs(extra or {}) do env[k] = v end
-  return env
-end
-
 tests["rlm bench s-niah with the direct baseline: results, report, manifest; --resume"] = function()
   local server = needle_model()
   local out = T.tmpdir() .. "/b"
   local argv = {"bench", "s-niah", "--lengths", "512,1024", "--n", "2", "--baseline", "direct",
                 "--sub-model", "openai/sub-model", "--out", out, "--jobs", "2"}
-  local r = T.run_rlm(argv, {env = env_for(server), timeout = 120})
+  local r = T.run_rlm(argv, {env = F.env(server), timeout = 120})
   T.eq(r.code, 0, r.stderr)
   local lines = 0
   for line in assert(sys.read_file(out .. "/results.jsonl")):gmatch("[^\n]+") do
@@ -90,7 +82,7 @@ tests["rlm bench s-niah with the direct baseline: results, report, manifest; --r
   -- --resume asks nothing again
   local before = F.stats(server).requests
   table.insert(argv, "--resume")
-  r = T.run_rlm(argv, {env = env_for(server), timeout = 120})
+  r = T.run_rlm(argv, {env = F.env(server), timeout = 120})
   T.eq(r.code, 0, r.stderr)
   T.eq(F.stats(server).requests, before)
   T.contains(r.stdout, "| rlm | 1024 | 100.0% |")
@@ -99,7 +91,7 @@ end
 tests["rlm bench: --dry-run sends nothing; --max-cost holds across the bench"] = function()
   local server = needle_model()
   local r = T.run_rlm({"bench", "s-niah", "--model", "openai/gpt-4o", "--sub-model", "openai/gpt-4o-mini",
-                       "--dry-run", "--n", "3"}, {env = env_for(server)})
+                       "--dry-run", "--n", "3"}, {env = F.env(server)})
   T.eq(r.code, 0, r.stderr)
   T.contains(r.stdout, "nothing was sent")
   T.contains(r.stdout, "1048576 tokens")
@@ -110,7 +102,7 @@ tests["rlm bench: --dry-run sends nothing; --max-cost holds across the bench"] =
     ["openai/root-model"] = {input = 100, output = 100}, ["openai/sub-model"] = {input = 100, output = 100}}))
   r = T.run_rlm({"bench", "s-niah", "--lengths", "512", "--n", "6", "--jobs", "1", "--max-cost", "0.5",
                  "--sub-model", "openai/sub-model", "--out", dir .. "/b"},
-                {env = env_for(server, {RLM_PRICES = dir .. "/prices.json"}), timeout = 120})
+                {env = F.env(server, {RLM_PRICES = dir .. "/prices.json"}), timeout = 120})
   T.eq(r.code, 0, r.stderr)
   local spent = 0
   for line in assert(sys.read_file(dir .. "/b/results.jsonl")):gmatch("[^\n]+") do

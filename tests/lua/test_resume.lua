@@ -10,26 +10,17 @@ local trace = require "rlm.trace"
 
 local tests = {}
 
--- The environment for an `rlm` subprocess talking to the stand-in `server`.
-local function env_for(server, extra)
-  local env = {PATH = sys.getenv("PATH"), HOME = sys.getenv("HOME"), TMPDIR = sys.getenv("TMPDIR"),
-               OPENAI_BASE_URL = server.url .. "/v1", OPENAI_API_KEY = "sk-test-key-0123456789",
-               RLM_MODEL = "openai/root-model"}
-  for k, v in pairs(extra or {}) do env[k] = v end
-  return env
-end
-
 tests["a model server that fails from turn 2 on: model_error, exit 3, nothing on stdout"] = function()
   local server = F.model{rules = {
     {match = "Task: fails", reply = F.code("x = 41")},
     {match = ".", fault = "401"},
   }}
-  local r = T.run_rlm({"ask", "fails", "--quiet"}, {env = env_for(server)})
+  local r = T.run_rlm({"ask", "fails", "--quiet"}, {env = F.env(server)})
   T.eq(r.code, 3, r.stderr)
   T.eq(r.stdout, "", "no null, no answer printed")
   T.contains(r.stderr, "rlm ask: no answer: model_error (model call failed")
   T.contains(r.stderr, "extraction failed")
-  r = T.run_rlm({"ask", "fails", "--quiet", "--json"}, {env = env_for(server)})
+  r = T.run_rlm({"ask", "fails", "--quiet", "--json"}, {env = F.env(server)})
   T.eq(json.decode(r.stdout).reason, "model_error")
 end
 
@@ -107,7 +98,7 @@ function()
   local server = three_turns()
   local dir = T.tmpdir()
   local path = dir .. "/run.jsonl"
-  local env = env_for(server, {TMPDIR = dir})
+  local env = F.env(server, {TMPDIR = dir})
   local proc = assert(sys.spawn{argv = {T.rlm, "ask", "count", "--trace", path}, env = env,
                                 stdin = "null", stdout = "pipe", stderr = "pipe"})
   T.defer(function() proc:close() end)
@@ -136,7 +127,7 @@ tests["rlm replay: zero model requests; a changed recording is reported"] = func
   local res = rlm.run{task = "count", context = "abc", trace = path, execute_timeout = 1}
   T.eq(res.reason, "submitted")
   local before = F.stats(server).requests
-  local r = T.run_rlm({"replay", path}, {env = env_for(server, {OPENAI_API_KEY = "sk-not-used-000000"})})
+  local r = T.run_rlm({"replay", path}, {env = F.env(server, {OPENAI_API_KEY = "sk-not-used-000000"})})
   T.eq(r.code, 0, r.stdout .. r.stderr)
   T.contains(r.stdout, "no differences")
   T.eq(F.stats(server).requests, before, "no model request")
@@ -145,7 +136,7 @@ tests["rlm replay: zero model requests; a changed recording is reported"] = func
   local changed = text:gsub('"output":"one\\n"', '"output":"uno\\n"')
   T.truthy(changed ~= text, "the recording was changed")
   assert(sys.write_file(path, changed))
-  r = T.run_rlm({"replay", path}, {env = env_for(server)})
+  r = T.run_rlm({"replay", path}, {env = F.env(server)})
   T.eq(r.code, 1)
   T.contains(r.stdout, "turn 1, block 1 differs at line 1:\n  recorded: uno\n  replayed: one")
 end

@@ -51,19 +51,15 @@ local TASKS = {
 }
 local SCORE = {["s-niah"] = evals.score.sniah}
 
-local function label(model)
-  return llm.label(model)
-end
-
 -- Estimated tokens and cost of one query by method, from the data's size and the price table:
 -- the RLM reads the context once through sub-calls plus about four root turns; the direct
 -- baseline sends the context cut to its window.
 local function estimate(opts, length)
-  local root, sub = llm.price(label(opts.model)), llm.price(label(opts.sub_model))
+  local root, sub = llm.price(llm.label(opts.model)), llm.price(llm.label(opts.sub_model))
   local rlm_in_sub, rlm_in_root, rlm_out = length, 4 * 3000, 4 * 400
   local rlm_cost = root and sub and (rlm_in_root * root.input + rlm_out * root.output
                                      + rlm_in_sub * sub.input + length // 50 * sub.output) / 1e6
-  local window = llm.context_window(label(opts.model)) or DIRECT_WINDOW
+  local window = llm.context_window(llm.label(opts.model)) or DIRECT_WINDOW
   local direct_in = math.min(length, window - 1000)
   local direct_cost = root and (direct_in * root.input + 200 * root.output) / 1e6
   return {rlm = {tokens = rlm_in_sub + rlm_in_root + rlm_out, cost = rlm_cost},
@@ -97,7 +93,7 @@ local function run_query(opts, q, method, remaining)
     if res.reason:match("^budget:") and res.iterations == 0 then return nil end
     answer, usage, reason = res.answer, res.usage, res.reason
   else
-    local window = llm.context_window(label(opts.model)) or DIRECT_WINDOW
+    local window = llm.context_window(llm.label(opts.model)) or DIRECT_WINDOW
     local keep = (window - 1000) * 3                     -- characters that surely fit
     local ctx = #item.context > keep and item.context:sub(1, keep) or item.context
     local res, err = llm.complete{model = opts.model, messages = {{role = "user",
