@@ -4,6 +4,7 @@ import json
 import os
 import select
 import shutil
+import signal
 import statistics
 import subprocess
 import tempfile
@@ -557,8 +558,10 @@ class TestSocketTransport(unittest.TestCase):
         # started as the Daytona backend starts it: output and exit status in files
         cmd = (f"{PYTHON} -u -c \"$SRC\" --serve {self.path} > {prefix}.out 2> {prefix}.err; "
                f"echo $? > {prefix}.exit")
-        proc = subprocess.Popen(["/bin/sh", "-c", cmd], env={**os.environ, "SRC": SOURCE})
-        self.addCleanup(lambda: (proc.kill(), proc.wait()))
+        # its own process group: the cleanup ends the shell and the driver it started
+        proc = subprocess.Popen(["/bin/sh", "-c", cmd], env={**os.environ, "SRC": SOURCE},
+                                start_new_session=True)
+        self.addCleanup(lambda: (os.killpg(proc.pid, signal.SIGKILL), proc.wait()))
         wait = [PYTHON, "-c", SOURCE, "--wait-ready", prefix, "--timeout", "10"]
         done = subprocess.run(wait, capture_output=True, timeout=WAIT)
         self.assertEqual(done.returncode, 0, done.stderr.decode())
