@@ -6,7 +6,8 @@
 -- Policy lives here (protocol, timeouts, restarts, the call handler, the registry); a backend
 -- only moves bytes and manages processes or remote sandboxes.
 --
--- ## The backend contract (lua/rlm/backend/<name>.lua; `local` is the reference)
+-- ## The backend contract (lua/rlm/backend/<name>.lua; `local` is the reference; the cases in
+-- tests/lua/backend_contract.lua check it against every backend)
 --   backend.check(opts)            optional; raises a clear error when the backend cannot work
 --                                  (tools missing, no credentials). Creates nothing.
 --   backend.options                optional set of extra option names the backend accepts.
@@ -57,7 +58,13 @@ local sys = require "rlm.sys"
 
 local M = {}
 
-M.backends = {["local"] = "rlm.backend.local", daytona = "rlm.backend.daytona"}
+--- Backend name -> module. Every lua/rlm/backend/<name>.lua shipped in the binary is one (a new
+-- backend is one new file); code outside the binary adds its own: backends.mine = "my.module".
+M.backends = {}
+for _, path in ipairs(require("rlm.core.host").resources("lua/rlm/backend/")) do
+  local name = path:match("^lua/rlm/backend/([%w_]+)%.lua$")
+  if name and name ~= "common" then M.backends[name] = "rlm.backend." .. name end
+end
 
 M.defaults = {backend = "local", timeout = 900, max_output_chars = 10000, network = false}
 

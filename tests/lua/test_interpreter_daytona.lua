@@ -1,7 +1,6 @@
--- The interpreter on the daytona backend, against the Daytona stand-in (tests/standins/daytona).
--- The cases of test_interpreter.lua that do not look at the local backend's insides run here
--- unchanged, with backend = "daytona"; the others have a Daytona version below. Every case also
--- checks that it left no sandbox behind.
+-- The interpreter on the daytona backend, against the Daytona stand-in (tests/standins/daytona):
+-- the backend contract (backend_contract.lua), then Daytona's own cases. Every case also checks
+-- that it left no sandbox behind.
 local T = require "support"
 local sys = require "rlm.sys"
 local json = require "rlm.json"
@@ -10,30 +9,11 @@ local registry = require "rlm.registry"
 local daytona = require "rlm.daytona"
 local backend = require "rlm.backend.daytona"
 local rlm = require "rlm"
+local contract = require "backend_contract"
 
 local tests = {}
 
 local KEY = "sk-daytona-5ecret-never-in-the-sandbox"
-
--- Cases of test_interpreter.lua that hold on every backend.
-local SHARED = {
-  "factorial of 15",
-  "values cross exactly both ways",
-  "no SUBMIT gives nil out and the printed text",
-  "state persists; variables are injected; reset clears",
-  "buffers persist across execute calls and reset clears them",
-  "user exception is data and the interpreter stays usable",
-  "SUBMIT of a non-serialisable value raises in Python",
-  "execute_timeout stops a busy loop and a long sleep",
-  "code that ignores the timeout signal is killed by the host backstop",
-  "no host environment reaches the sandbox, only env",
-  "two-step pipeline through the volume's buffers folder",
-  "repo_url with a local git repository and repo_ref",
-  "context_paths are copied under workspace/context",
-  "huge output keeps head and tail",
-  "calls: no handler is a clear Python error; a handler answers",
-  "several sandboxes run concurrently from async tasks",
-}
 
 local function control(s, method, path, body)
   local res = assert(http.request{url = s.url .. "/_control/" .. path, method = method,
@@ -66,21 +46,14 @@ local function host_env(s, extra)
   return env
 end
 
--- Interpreters made through this are on the daytona backend unless told otherwise.
+-- An interpreter on the daytona backend unless told otherwise, shut down after the test.
 local made = {}
-local daytona_rlm = setmetatable({
-  interpreter = function(opts)
-    local o = {}
-    for k, v in pairs(opts or {}) do o[k] = v end
-    o.backend = o.backend or "daytona"
-    local i = rlm.interpreter(o)
-    made[#made + 1] = i
-    return i
-  end,
-}, {__index = rlm})
-
 local function interp(opts)
-  local i = daytona_rlm.interpreter(opts)
+  local o = {}
+  for k, v in pairs(opts or {}) do o[k] = v end
+  o.backend = o.backend or "daytona"
+  local i = rlm.interpreter(o)
+  made[#made + 1] = i
   T.defer(function() i:shutdown() end)
   return i
 end
@@ -98,20 +71,13 @@ local function on_standin(fn)
   end
 end
 
-do
-  local env = setmetatable({require = function(name)
-    if name == "rlm" then return daytona_rlm end
-    return require(name)
-  end}, {__index = _G})
-  local shared = assert(loadfile("tests/lua/test_interpreter.lua", "t", env))()
-  for _, name in ipairs(SHARED) do
-    local case = shared[name]
-    -- A case renamed in test_interpreter.lua must be renamed here too, not silently dropped.
-    tests["daytona: " .. name] = case and on_standin(case) or function()
-      error("test_interpreter.lua has no case named " .. name)
-    end
-  end
-end
+for name, case in pairs(contract.run{backend = "daytona", around = function(case, b)
+  on_standin(function(s)
+    b.env = s.env
+    case(b)
+    b.close()
+  end)()
+end}) do tests["daytona: " .. name] = case end
 
 tests["daytona: the transport costs one process/execute per execute and per batch of calls"] =
   on_standin(function(s)
@@ -290,10 +256,10 @@ tests["daytona: missing credentials are a clear error before anything is created
 tests["daytona: a failed start leaves nothing behind"] = on_standin(function(s)
   local live = #registry.list()
   local dir = T.tmpdir()
-  local i = daytona_rlm.interpreter{context_paths = {dir .. "/missing"}}
+  local i = interp{context_paths = {dir .. "/missing"}}
   T.raises(function() i:start() end, "does not exist")
   T.eq(requests(s, "POST /api/sandbox"), 0, "a missing context path is found before creating")
-  i = daytona_rlm.interpreter{repo_url = dir .. "/nothing"}
+  i = interp{repo_url = dir .. "/nothing"}
   T.raises(function() i:start() end, "git clone")
   T.eq(requests(s, "POST /api/sandbox"), 1)
   T.eq(requests(s, "DELETE /api/sandbox/{id}"), 1, "the half-made sandbox was deleted")
