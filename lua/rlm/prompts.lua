@@ -7,6 +7,8 @@
 --   first    the first user message: the task and what the context looks like
 --   turn     every later user message: the REPL output of the last reply's code
 --   extract  one last call when turns run out: the fields as JSON, from the trajectory
+--   compact, summary   history compaction near the model's window
+--   mcp_*    the tasks the MCP tools (rlm mcp) give the loop
 local M = {}
 
 M.system = [[
@@ -85,6 +87,28 @@ M.summary = [[
 window; the REPL still holds every variable they made.)
 Summary of your work so far:
 {{summary}}]]
+
+M.mcp_analyze = [[
+Answer this question about the data in `context`. Base the answer on what the data shows, and
+say so when it does not contain the answer.
+
+Question: {{question}}]]
+
+M.mcp_code = [[
+Write {{language}} code for the task below. Run it in the sandbox and test it{{checks}}; fix it
+until the tests pass. Then SUBMIT(code=<the final code as a string>, test_output=<what the tests
+printed>, explanation=<two or three sentences>).
+
+Task: {{task}}]]
+
+M.mcp_plan = [[
+Split this task into at most {{max_subtasks}} independent sub-tasks, each a complete instruction
+that can be done on its own with `context`. SUBMIT(subtasks=[...]) with a list of strings.
+
+Task: {{task}}]]
+
+M.mcp_combine = [[
+Combine the answers of the sub-tasks in `context` into one answer to the original task: {{task}}]]
 
 --- Fills {{name}} placeholders from vars; raises on a name vars does not have.
 function M.render(template, vars)

@@ -1,5 +1,6 @@
---- The tools `rlm mcp` serves. Each is {name, title, description, inputSchema, outputSchema?,
--- annotations, run(args, ctx) -> MCP result}; rlm.mcp.server validates the arguments first.
+--- The tools `rlm mcp` serves: M.definitions is the tool set, one table entry a tool (below);
+-- M.new turns it into {name, title, description, inputSchema, outputSchema?, annotations,
+-- run(args, ctx) -> MCP result} for rlm.mcp.server, which validates the arguments first.
 --
 --   local tools = require("rlm.mcp.tools").new{backend =, model =, execute_timeout =}
 --   tools.list       the definitions, in the order clients see them
@@ -13,6 +14,7 @@ local common = require "rlm.backend.common"
 local json = require "rlm.json"
 local loop = require "rlm.core.loop"
 local mcp = require "rlm.mcp.server"
+local prompts = require "rlm.prompts"
 local registry = require "rlm.registry"
 
 local M = {}
@@ -120,113 +122,123 @@ local function cancellable(ctx, fn)
   return task
 end
 
--- ---------------------------------------------------------------- the tool set
+-- ---------------------------------------------------------------- the server's state
 
 --- Seconds a tool's code may run by default (rlm mcp --execute-timeout changes it).
 M.CALL_TIMEOUT = 300
 
-function M.new(cfg)
-  cfg = cfg or {}
-  local rlm = require "rlm"
-  -- calls: every model call; llm_calls: the sub-calls made from sandbox code.
-  local totals = {runs = 0, calls = 0, llm_calls = 0, input_tokens = 0, output_tokens = 0,
-                  total_tokens = 0, cost = 0.0}
-  local running = 0
-  local self = {list = {}}
+local Server = {}
+Server.__index = Server
 
-  -- A call's code runs for minutes, not the sandbox's lifetime: a stuck call would hold the
-  -- session's sandbox (and its lock) for a day.
-  local function interpreter(lifetime)
-    return rlm.interpreter{backend = cfg.backend, timeout = lifetime,
-                           execute_timeout = cfg.execute_timeout or M.CALL_TIMEOUT}
+-- A call's code runs for minutes, not the sandbox's lifetime: a stuck call would hold the
+-- session's sandbox (and its lock) for a day.
+function Server:interpreter(lifetime)
+  return require("rlm").interpreter{backend = self.cfg.backend, timeout = lifetime,
+                                    execute_timeout = self.cfg.execute_timeout or M.CALL_TIMEOUT}
+end
+
+-- The session's persistent sandbox, started on first use. Calls on it take turns: the caller
+-- holds the returned guard (`local turn <close>`) while it uses the sandbox.
+function Server:session_interp(ctx)
+  local st = ctx.state
+  st.lock = st.lock or new_lock()
+  local turn = st.lock.acquire()
+  if st.interp == nil or st.interp.closed then
+    local ok, interp = pcall(self.interpreter, self, SESSION_LIFETIME)
+    if not ok then
+      getmetatable(turn).__close()
+      error(interp, 0)
+    end
+    st.interp = interp
   end
+  -- A cancelled call must not leave the session's driver running its code.
+  ctx.on_cancel(function()
+    if st.interp then st.interp:shutdown(); st.interp = nil end
+  end)
+  return st.interp, turn
+end
 
-  -- The session's persistent sandbox, started on first use. Calls on it take turns: the
-  -- caller holds the returned guard (`local turn <close>`) while it uses the sandbox.
-  local function session_interp(ctx)
-    local st = ctx.state
-    st.lock = st.lock or new_lock()
-    local turn = st.lock.acquire()
-    if st.interp == nil or st.interp.closed then
-      local ok, interp = pcall(interpreter, SESSION_LIFETIME)
-      if not ok then
-        getmetatable(turn).__close()
-        error(interp, 0)
+function Server:close_session(session)
+  local interp = session.state.interp
+  session.state.interp = nil
+  if interp then interp:shutdown() end
+end
+
+local USAGE_KEYS = {"calls", "llm_calls", "input_tokens", "output_tokens", "total_tokens", "cost"}
+
+function Server:add_usage(usage)
+  if type(usage) ~= "table" then return end
+  self.totals.runs = self.totals.runs + 1
+  for _, k in ipairs(USAGE_KEYS) do self.totals[k] = self.totals[k] + (tonumber(usage[k]) or 0) end
+end
+
+-- One rlm.run with progress reported per turn (or by stage(e)); returns the result table.
+function Server:run_loop(ctx, opts, stage)
+  opts.model, opts.backend = self.cfg.model, self.cfg.backend
+  opts.on_event = function(e)
+    if e.type == "budget_warning" then
+      ctx.log("warning", ("budget: %s has %.4g of %.4g left"):format(e.limit, e.remaining, e.of), "rlm")
+    end
+    if e.type == "turn" and (e.depth or 0) == 0 then
+      if stage then stage(e) else
+        ctx.progress(e.turn, e.max_iterations, ("turn %d of at most %d"):format(e.turn, e.max_iterations))
       end
-      st.interp = interp
-    end
-    -- A cancelled call must not leave the session's driver running its code.
-    ctx.on_cancel(function()
-      if st.interp then st.interp:shutdown(); st.interp = nil end
-    end)
-    return st.interp, turn
-  end
-
-  function self.close_session(session)
-    local interp = session.state.interp
-    session.state.interp = nil
-    if interp then interp:shutdown() end
-  end
-
-  local function add_usage(usage)
-    if type(usage) ~= "table" then return end
-    totals.runs = totals.runs + 1
-    for _, k in ipairs{"calls", "llm_calls", "input_tokens", "output_tokens", "total_tokens", "cost"} do
-      totals[k] = totals[k] + (tonumber(usage[k]) or 0)
+      -- A log line per turn: what a client shows of a long run even without progress.
+      local u = e.usage or {}
+      ctx.log("info", ("turn %d of at most %d: %d tokens, %d sub-calls, $%.4f, %.1f s"):format(
+        e.turn, e.max_iterations, u.total_tokens or 0, u.llm_calls or 0, u.cost or 0,
+        u.elapsed or 0), "rlm")
     end
   end
+  -- A cancelled call's task is closed mid-run: the count drops in a <close> handler.
+  self.running = self.running + 1
+  local counted <close> = setmetatable({}, {__close = function() self.running = self.running - 1 end})
+  local ok, res = pcall(require("rlm").run, opts)
+  if not ok then error(res, 0) end
+  self:add_usage(res.usage)
+  return res
+end
 
-  -- One rlm.run with progress reported per turn; returns the result table.
-  local function run_loop(ctx, opts, stage)
-    opts.model, opts.backend = cfg.model, cfg.backend
-    opts.on_event = function(e)
-      if e.type == "budget_warning" then
-        ctx.log("warning", ("budget: %s has %.4g of %.4g left"):format(e.limit, e.remaining, e.of), "rlm")
-      end
-      if e.type == "turn" and (e.depth or 0) == 0 then
-        if stage then stage(e) else
-          ctx.progress(e.turn, e.max_iterations, ("turn %d of at most %d"):format(e.turn, e.max_iterations))
-        end
-        -- A log line per turn: what a client shows of a long run even without progress.
-        local u = e.usage or {}
-        ctx.log("info", ("turn %d of at most %d: %d tokens, %d sub-calls, $%.4f, %.1f s"):format(
-          e.turn, e.max_iterations, u.total_tokens or 0, u.llm_calls or 0, u.cost or 0,
-          u.elapsed or 0), "rlm")
-      end
-    end
-    -- A cancelled call's task is closed mid-run: the count drops in a <close> handler.
-    running = running + 1
-    local counted <close> = setmetatable({}, {__close = function() running = running - 1 end})
-    local ok, res = pcall(rlm.run, opts)
-    if not ok then error(res, 0) end
-    add_usage(res.usage)
-    return res
+-- The MCP result of a run: the one output as text (several: a JSON object), the run's facts as
+-- structuredContent; a run without an answer is an error result that says why.
+local function loop_result(res, outputs)
+  local fields = res.fields or {}
+  local structured = {fields = json.object(fields), reason = res.reason, detail = res.detail,
+                      iterations = res.iterations, submitted = res.submitted,
+                      extracted = res.extracted, usage = res.usage}
+  if not res.submitted and not res.extracted then
+    return mcp.text_result(("The run ended without an answer: %s%s"):format(tostring(res.reason),
+                           res.detail and " (" .. res.detail .. ")" or ""), structured, true)
   end
-
-  local function loop_result(res, outputs)
-    local fields = res.fields or {}
-    local structured = {fields = json.object(fields), reason = res.reason, detail = res.detail,
-                        iterations = res.iterations, submitted = res.submitted,
-                        extracted = res.extracted, usage = res.usage}
-    if not res.submitted and not res.extracted then
-      return mcp.text_result(("The run ended without an answer: %s%s"):format(tostring(res.reason),
-                             res.detail and " (" .. res.detail .. ")" or ""), structured, true)
-    end
-    local text
-    if #outputs == 1 then
-      local v = fields[outputs[1]]
-      text = type(v) == "string" and v or json.encode(v == nil and json.null or v)
-    else
-      text = json.encode(json.object(fields), {sort_keys = true})
-    end
-    return mcp.text_result(text, structured)
+  local text
+  if #outputs == 1 then
+    local v = fields[outputs[1]]
+    text = type(v) == "string" and v or json.encode(v == nil and json.null or v)
+  else
+    text = json.encode(json.object(fields), {sort_keys = true})
   end
+  return mcp.text_result(text, structured)
+end
 
-  local function add(tool)
-    self.list[#self.list + 1] = tool
-  end
+local function number(description, minimum)
+  return {type = "number", minimum = minimum, description = description}
+end
 
-  add{
+local function integer(description, minimum, maximum)
+  return {type = "integer", minimum = minimum, maximum = maximum, description = description}
+end
+
+local CODE_TIMEOUT = number("seconds before the code is stopped (default 300)", 0.1)
+
+-- ---------------------------------------------------------------- the tool set
+-- One entry a tool, in the order clients see them: name, title, description, inputSchema,
+-- outputSchema (optional), annotations, aliases (rlm-mcp's argument names), and how it runs:
+--   loop = function(args) -> opts, outputs     an RLM run (rlm.run options; its prompt text is
+--                                              in rlm.prompts as mcp_*)
+--   session = function(interp, args) -> result  on the session's persistent sandbox, in turn
+--   run = function(server, args, ctx) -> result anything else
+M.definitions = {
+  {
     name = "rlm_execute", title = "Run a task with a Recursive Language Model",
     description = "Solve a task with the RLM loop: a model explores `context` (any size) by " ..
       "writing Python in a sandbox, calling sub-models on pieces, until it submits the answer. " ..
@@ -236,19 +248,16 @@ function M.new(cfg)
       context = str("the material to work on (text or JSON); may be very large"),
       outputs = {type = "array", items = {type = "string"},
                  description = "names of the output fields (default: answer)"},
-      max_iterations = {type = "integer", minimum = 1, maximum = 100,
-                        description = "turns before the run gives up (default 20)"},
+      max_iterations = integer("turns before the run gives up (default 20)", 1, 100),
     }, {"task"}),
     annotations = {readOnlyHint = false, openWorldHint = true},
-    run = function(args, ctx)
+    loop = function(args)
       local outputs = (args.outputs and #args.outputs > 0) and args.outputs or {"answer"}
-      local res = run_loop(ctx, {task = args.task, context = args.context, outputs = outputs,
-                                 max_iterations = args.max_iterations})
-      return loop_result(res, outputs)
+      return {task = args.task, context = args.context, outputs = outputs,
+              max_iterations = args.max_iterations}, outputs
     end,
-  }
-
-  add{
+  },
+  {
     name = "rlm_analyze", title = "Answer a question about data",
     description = "Answer a question about `data` (text, CSV, JSON, logs; any size) with the " ..
       "RLM loop, which reads the data in a sandbox instead of a prompt.",
@@ -257,17 +266,12 @@ function M.new(cfg)
       question = str("the question to answer", {minLength = 1}),
     }, {"data", "question"}),
     annotations = {readOnlyHint = true, openWorldHint = true},
-    run = function(args, ctx)
-      local res = run_loop(ctx, {
-        task = "Answer this question about the data in `context`. Base the answer on what " ..
-          "the data shows, and say so when it does not contain the answer.\n\nQuestion: " ..
-          args.question,
-        context = args.data, outputs = {"answer"}})
-      return loop_result(res, {"answer"})
+    loop = function(args)
+      return {task = prompts.render(prompts.mcp_analyze, {question = args.question}),
+              context = args.data, outputs = {"answer"}}, {"answer"}
     end,
-  }
-
-  add{
+  },
+  {
     name = "rlm_code", title = "Write and test code",
     description = "Write code for a task and test it in the sandbox before answering; returns " ..
       "the code, what the tests printed and a short explanation.",
@@ -277,39 +281,31 @@ function M.new(cfg)
       tests = str("test cases or checks the code must pass"),
       context = str("existing code or data the task refers to"),
     }, {"task"}),
-    aliases = {description = "task"},            -- rlm-mcp's name
+    aliases = {description = "task"},
     annotations = {readOnlyHint = true, openWorldHint = true},
-    run = function(args, ctx)
-      local language = args.language or "python"
-      local task = ("Write %s code for the task below. Run it in the sandbox and test it%s; " ..
-        "fix it until the tests pass. Then SUBMIT(code=<the final code as a string>, " ..
-        "test_output=<what the tests printed>, explanation=<two or three sentences>).\n\n" ..
-        "Task: %s"):format(language,
-          args.tests and (" against these checks:\n" .. args.tests .. "\n") or "", args.task)
+    loop = function(args)
+      local task = prompts.render(prompts.mcp_code, {language = args.language or "python",
+        checks = args.tests and (" against these checks:\n" .. args.tests .. "\n") or "",
+        task = args.task})
       local outputs = {"code", "test_output", "explanation"}
-      local res = run_loop(ctx, {task = task, context = args.context, outputs = outputs})
-      return loop_result(res, outputs)
+      return {task = task, context = args.context, outputs = outputs}, outputs
     end,
-  }
-
-  add{
+  },
+  {
     name = "rlm_decompose", title = "Split a task into sub-tasks and run them",
     description = "Plan: split the task into independent sub-tasks; run each with the RLM loop " ..
       "(two at a time); then combine their answers into one.",
     inputSchema = object({
       task = str("the task to split", {minLength = 1}),
       context = str("material every sub-task may use"),
-      max_subtasks = {type = "integer", minimum = 1, maximum = 10,
-                      description = "at most this many sub-tasks (default 5)"},
+      max_subtasks = integer("at most this many sub-tasks (default 5)", 1, 10),
     }, {"task"}),
-    aliases = {complex_task = "task", num_subtasks = "max_subtasks"},   -- rlm-mcp's names
+    aliases = {complex_task = "task", num_subtasks = "max_subtasks"},
     annotations = {readOnlyHint = false, openWorldHint = true},
-    run = function(args, ctx)
+    run = function(server, args, ctx)
       local n = args.max_subtasks or 5
-      local plan = run_loop(ctx, {
-        task = ("Split this task into at most %d independent sub-tasks, each a complete " ..
-          "instruction that can be done on its own with `context`. SUBMIT(subtasks=[...]) with " ..
-          "a list of strings.\n\nTask: %s"):format(n, args.task),
+      local plan = server:run_loop(ctx, {
+        task = prompts.render(prompts.mcp_plan, {max_subtasks = n, task = args.task}),
         context = args.context, outputs = {"subtasks"}, max_iterations = 6},
         function() ctx.progress(0.5, n + 2, "planning") end)
       local subtasks = plan.fields and plan.fields.subtasks
@@ -324,8 +320,8 @@ function M.new(cfg)
         local sub = tostring(subtasks[i])
         tasks[i] = cancellable(ctx, function()
           sem.acquire()
-          local ok, res = pcall(run_loop, ctx, {task = sub, context = args.context,
-                                                outputs = {"answer"}}, function() end)
+          local ok, res = pcall(server.run_loop, server, ctx, {task = sub, context = args.context,
+                                                               outputs = {"answer"}}, function() end)
           sem.release()
           done = done + 1
           ctx.progress(done, #subtasks + 2, "sub-task " .. i .. " finished")
@@ -336,37 +332,30 @@ function M.new(cfg)
       end
       local results = json.array()
       for i, t in ipairs(tasks) do results[i] = t:join() end
-      local final = run_loop(ctx, {
-        task = "Combine the answers of the sub-tasks in `context` into one answer to the " ..
-          "original task: " .. args.task,
+      local final = server:run_loop(ctx, {
+        task = prompts.render(prompts.mcp_combine, {task = args.task}),
         context = {task = args.task, subtasks = results}, outputs = {"answer"}},
         function() end)
       local res = loop_result(final, {"answer"})
       res.structuredContent.subtasks = results
       return res
     end,
-  }
-
-  add{
+  },
+  {
     name = "sandbox_exec", title = "Run Python once",
     description = "Run a block of Python in a fresh, isolated sandbox and return its output. " ..
       "Nothing is kept between calls (use sandbox_exec_stateful for that).",
-    inputSchema = object({
-      code = str("Python source to run"),
-      timeout = {type = "number", minimum = 0.1, description = "seconds before the code is stopped (default 300)"},
-    }, {"code"}),
+    inputSchema = object({code = str("Python source to run"), timeout = CODE_TIMEOUT}, {"code"}),
     outputSchema = RUN_OUTPUT,
     annotations = {readOnlyHint = false, destructiveHint = false, idempotentHint = true,
                    openWorldHint = false},
-    run = function(args)
-      local interp <close> = interpreter(math.max(60, (args.timeout or 0) + 30))
+    run = function(server, args)
+      local interp <close> = server:interpreter(math.max(60, (args.timeout or 0) + 30))
       interp:start()
-      local out, run = interp:execute(args.code, nil, {timeout = args.timeout})
-      return run_result(out, run)
+      return run_result(interp:execute(args.code, nil, {timeout = args.timeout}))
     end,
-  }
-
-  add{
+  },
+  {
     name = "sandbox_exec_stateful", title = "Run Python in the session's sandbox",
     description = "Run Python in this session's persistent sandbox: variables, imports and " ..
       "files stay between calls. `reset` clears the variables first (files stay). Cancelling " ..
@@ -374,19 +363,16 @@ function M.new(cfg)
     inputSchema = object({
       code = str("Python source to run"),
       reset = {type = "boolean", description = "clear the Python state before running"},
-      timeout = {type = "number", minimum = 0.1, description = "seconds before the code is stopped (default 300)"},
+      timeout = CODE_TIMEOUT,
     }, {"code"}),
     outputSchema = RUN_OUTPUT,
     annotations = {readOnlyHint = false, destructiveHint = false, openWorldHint = false},
-    run = function(args, ctx)
-      local interp, turn <close> = session_interp(ctx)
+    session = function(interp, args)
       if args.reset then interp:reset() end
-      local out, run = interp:execute(args.code, nil, {timeout = args.timeout})
-      return run_result(out, run)
+      return run_result(interp:execute(args.code, nil, {timeout = args.timeout}))
     end,
-  }
-
-  add{
+  },
+  {
     name = "sandbox_upload", title = "Write a file into the session's sandbox",
     description = "Write a file into the persistent sandbox (relative paths are under the " ..
       "workspace, the code's working directory).",
@@ -398,21 +384,20 @@ function M.new(cfg)
     }, {"path", "content"}),
     outputSchema = object({path = {type = "string"}, bytes = {type = "integer"}}, {"path", "bytes"}),
     annotations = {readOnlyHint = false, destructiveHint = true, openWorldHint = false},
-    run = function(args, ctx)
+    run = function(server, args, ctx)
       local data = args.content
-      if args.encoding == "base64" then
+      if args.encoding == "base64" then   -- before the sandbox: bad input starts nothing
         local decoded, err = M.base64_decode(data)
         if not decoded then return mcp.error_result(err) end
         data = decoded
       end
-      local interp, turn <close> = session_interp(ctx)
+      local interp, turn <close> = server:session_interp(ctx)
       interp:upload(sandbox_path(args.path), data)
       return mcp.text_result(("wrote %d bytes to %s"):format(#data, args.path),
                              {path = args.path, bytes = #data})
     end,
-  }
-
-  add{
+  },
+  {
     name = "sandbox_download", title = "Read a file from the session's sandbox",
     description = "Read a file from the persistent sandbox. Text comes back as it is, other " ..
       "bytes as base64 (or ask for an encoding). A file too big for one answer comes in parts: " ..
@@ -421,9 +406,8 @@ function M.new(cfg)
       path = str("the file to read", {minLength = 1}),
       encoding = {type = "string", enum = json.array{"auto", "utf-8", "base64"},
                   description = "auto (default): utf-8 when the bytes are text, else base64"},
-      offset = {type = "integer", minimum = 0, description = "the first byte to read (default 0)"},
-      length = {type = "integer", minimum = 1, description = "at most this many bytes (default: " ..
-                "as many as one answer carries)"},
+      offset = integer("the first byte to read (default 0)", 0),
+      length = integer("at most this many bytes (default: as many as one answer carries)", 1),
     }, {"path"}),
     outputSchema = object({path = {type = "string"}, bytes = {type = "integer"},
                            encoding = {type = "string"}, offset = {type = "integer"},
@@ -431,13 +415,12 @@ function M.new(cfg)
                            next_offset = {type = "integer", description = "where the rest starts"}},
                           {"path", "bytes", "encoding", "offset", "length"}),
     annotations = {readOnlyHint = true, openWorldHint = false},
-    run = function(args, ctx)
-      local interp, turn <close> = session_interp(ctx)
+    session = function(interp, args, server)
       local data, err = interp:download(sandbox_path(args.path))
       if not data then return mcp.error_result("cannot read " .. args.path .. ": " .. tostring(err)) end
       local encoding = args.encoding or "auto"
       if encoding == "auto" then encoding = utf8.len(data) and "utf-8" or "base64" end
-      local first, last = M.part(data, args.offset or 0, args.length or cfg.part_bytes, encoding)
+      local first, last = M.part(data, args.offset or 0, args.length or server.cfg.part_bytes, encoding)
       local piece = data:sub(first + 1, last)
       local content = encoding == "base64" and M.base64_encode(piece) or piece
       local more = last < #data
@@ -451,20 +434,18 @@ function M.new(cfg)
       end
       return res
     end,
-  }
-
-  add{
+  },
+  {
     name = "sandbox_files", title = "List files in the session's sandbox",
     description = "List the files under a directory of the persistent sandbox (default the " ..
       "workspace), recursively, with their types and sizes.",
     inputSchema = object({dir = str("the directory to list")}),
-    aliases = {path = "dir"},                     -- rlm-mcp's name
+    aliases = {path = "dir"},
     outputSchema = object({files = {type = "array", items = object({
       path = {type = "string"}, type = {type = "string"}, size = {type = "integer"}})}},
       {"files"}),
     annotations = {readOnlyHint = true, openWorldHint = false},
-    run = function(args, ctx)
-      local interp, turn <close> = session_interp(ctx)
+    session = function(interp, args)
       local files, err = interp:files(sandbox_path(args.dir))
       if not files then return mcp.error_result("cannot list " .. tostring(args.dir or "the workspace") .. ": " .. tostring(err)) end
       local lines, list = {}, json.array()
@@ -474,28 +455,25 @@ function M.new(cfg)
       end
       return mcp.text_result(#lines > 0 and table.concat(lines, "\n") or "(no files)", {files = list})
     end,
-  }
-
-  add{
+  },
+  {
     name = "sandbox_shell", title = "Run a shell command in the session's sandbox",
     description = "Run a shell command in the persistent sandbox (in the workspace) and " ..
       "return its exit status and combined output.",
     inputSchema = object({
       command = str("the command line (run by sh -c)", {minLength = 1}),
-      timeout = {type = "number", minimum = 0.1, description = "seconds before it is stopped (default 60)"},
+      timeout = number("seconds before it is stopped (default 60)", 0.1),
     }, {"command"}),
     outputSchema = object({exit = {type = "integer"}, output = {type = "string"}}, {"exit", "output"}),
     annotations = {readOnlyHint = false, destructiveHint = true, openWorldHint = false},
-    run = function(args, ctx)
-      local interp, turn <close> = session_interp(ctx)
+    session = function(interp, args)
       local res, err = interp:shell(args.command, args.timeout or 60)
       if not res then return mcp.error_result("the command could not run: " .. tostring(err)) end
       local text = ("[exit %d]\n%s"):format(res.exit, res.output)
       return mcp.text_result(text, {exit = res.exit, output = res.output})
     end,
-  }
-
-  add{
+  },
+  {
     name = "rlm_status", title = "Server status",
     description = "The server's backend and model, the sandboxes alive now, the runs in " ..
       "progress and the model usage so far.",
@@ -506,26 +484,56 @@ function M.new(cfg)
       runs_in_progress = {type = "integer"}, usage = {type = "object"},
     }, {"version", "backend", "sandboxes", "runs_in_progress", "usage"}),
     annotations = {readOnlyHint = true, openWorldHint = false},
-    run = function(_, ctx)
+    run = function(server, _, ctx)
       -- The count is the server's; the ids only this session's own (others' are not its business).
       local ids = json.array()
       local mine = ctx.state.interp and ctx.state.interp.sandbox
       if mine then ids[1] = tostring(mine.id) end
-      local live = #registry.list()
+      local live, totals = #registry.list(), server.totals
       local status = {version = require("rlm.core.host").version,
-                      backend = cfg.backend or require("rlm.interpreter").defaults.backend,
-                      model = cfg.model, sandboxes = live, sandbox_ids = ids,
-                      runs_in_progress = running, usage = totals}
+                      backend = server.cfg.backend or require("rlm.interpreter").defaults.backend,
+                      model = server.cfg.model, sandboxes = live, sandbox_ids = ids,
+                      runs_in_progress = server.running, usage = totals}
       local text = ("backend %s, model %s, %d live sandbox(es), %d run(s) in progress; " ..
         "usage: %d runs, %d model calls, %d tokens, $%.4f"):format(status.backend,
-        status.model or "(none: set RLM_MODEL)", live, running, totals.runs, totals.calls,
+        status.model or "(none: set RLM_MODEL)", live, server.running, totals.runs, totals.calls,
         totals.total_tokens, totals.cost)
       return mcp.text_result(text, status)
     end,
-  }
+  },
+}
 
-  return self
+-- The server's run(args, ctx) for one definition.
+local function runner(server, def)
+  if def.loop then
+    return function(args, ctx)
+      local opts, outputs = def.loop(args)
+      return loop_result(server:run_loop(ctx, opts), outputs)
+    end
+  elseif def.session then
+    return function(args, ctx)
+      local interp, turn <close> = server:session_interp(ctx)
+      return def.session(interp, args, server)
+    end
+  end
+  return function(args, ctx) return def.run(server, args, ctx) end
 end
 
+--- The tool set for one server: {list = tools for rlm.mcp.server, close_session = fn}.
+function M.new(cfg)
+  -- totals.calls: every model call; llm_calls: the sub-calls made from sandbox code.
+  local server = setmetatable({cfg = cfg or {}, running = 0,
+    totals = {runs = 0, calls = 0, llm_calls = 0, input_tokens = 0, output_tokens = 0,
+              total_tokens = 0, cost = 0.0}}, Server)
+  local list = {}
+  for i, def in ipairs(M.definitions) do
+    local tool = {run = runner(server, def)}
+    for k, v in pairs(def) do
+      if k ~= "loop" and k ~= "session" and k ~= "run" then tool[k] = v end
+    end
+    list[i] = tool
+  end
+  return {list = list, close_session = function(session) server:close_session(session) end}
+end
 
 return M
