@@ -1,12 +1,16 @@
 -- diagnostics: checks the machine and configuration, and says how to fix each failure.
+-- Every check goes through rlm's public API, so what it reports is what a run would meet: the
+-- backend's own start-up checks and messages, a sandbox that really runs, the provider table.
+local rlm = require "rlm"
+local llm = require "rlm.llm"
 local sys = require "rlm.sys"
-local http = require "rlm.http"
 
 local params = ... or {}
 local quick = false
-for _, a in ipairs(params.positional or params.args or {}) do
+for _, a in ipairs(params.positional) do
   if a == "quick" then quick = true else error("unknown argument '" .. a .. "' (valid: quick)", 0) end
 end
+local backend = params.backend or "local"
 
 local failures = 0
 local function report(status, what, detail, fix)
@@ -15,100 +19,79 @@ local function report(status, what, detail, fix)
   if fix and status ~= "ok" then print(("      fix: %s"):format(fix)) end
 end
 
--- Sandbox tools ------------------------------------------------------------------------------
-local bwrap = sys.which(sys.getenv("RLM_BWRAP") or "bwrap")
-if not bwrap then
-  report("FAIL", "bubblewrap", (sys.getenv("RLM_BWRAP") or "bwrap") .. " is not installed",
-    "sudo apt-get install bubblewrap")
-else
-  local r, err = sys.run({bwrap, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"},
-                         {timeout = 10})
-  if r and r.code == 0 then
-    report("ok", "bubblewrap", bwrap)
-  else
-    report("FAIL", "bubblewrap", "cannot create a sandbox: " .. (r and r.stderr:gsub("%s+$", "") or err),
-      "allow unprivileged user namespaces: sudo sysctl -w kernel.unprivileged_userns_clone=1")
+-- The first line of an error, without a Lua source position.
+local function message(err)
+  return (tostring(err):gsub("^[^:\n]+:%d+: ", ""):match("^[^\n]*"))
+end
+
+-- The sandbox --------------------------------------------------------------------------------
+-- rlm.interpreter{} runs the backend's checks (tools installed, credentials set) before it
+-- creates anything; its message names what is missing and how to get it.
+local made, err = pcall(rlm.interpreter, {backend = backend, timeout = 120})
+report(made and "ok" or "FAIL", backend .. " backend", made and "its tools and settings are in place"
+  or message(err), not made and (backend == "local" and "sudo apt-get install bubblewrap python3"
+  or "set the variables the message names") or nil)
+
+local function in_sandbox(opts, code, vars)
+  opts.backend, opts.timeout = backend, 120
+  local interp <close> = rlm.interpreter(opts)
+  local out, run = interp:execute(code, vars)
+  if not out then error(run.error or "no SUBMIT", 0) end
+  return out
+end
+
+if made then
+  local ok, out = pcall(in_sandbox, {}, "import platform\nSUBMIT(ok=True, python=platform.python_version())")
+  report(ok and "ok" or "FAIL", backend .. " sandbox",
+    ok and ("runs SUBMIT(ok=True) with Python " .. out.python) or message(out),
+    backend == "local" and "allow unprivileged user namespaces: sudo sysctl -w kernel.unprivileged_userns_clone=1"
+      or "run `rlm daytona-smoke` to see which step fails")
+  if ok then
+    -- A file written in one sandbox and read in the next: what volume_name promises.
+    local token = ("diagnostics-%d-%d"):format(sys.getpid(), math.floor(sys.time() * 1000))
+    local path = "/home/daytona/memory/.rlm-diagnostics"
+    local vok, vout = pcall(function()
+      in_sandbox({volume_name = "rlm-diagnostics"},
+        "open(path, 'w').write(token)\nSUBMIT(ok=True)", {path = path, token = token})
+      return in_sandbox({volume_name = "rlm-diagnostics"},
+        "import os\nt = open(path).read()\nos.remove(path)\nSUBMIT(token=t)", {path = path})
+    end)
+    local same = vok and vout.token == token
+    report(same and "ok" or "FAIL", "volume", same and "rlm-diagnostics keeps a file between sandboxes"
+      or (vok and "the file did not come back" or message(vout)),
+      "set XDG_DATA_HOME to a writable directory (local), or check the volume in Daytona")
   end
 end
 
-local python = sys.getenv("RLM_PYTHON") or "/usr/bin/python3"
-local pr = sys.run({python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"}, {timeout = 10})
-if pr and pr.code == 0 then
-  report("ok", "python", python .. " " .. pr.stdout:gsub("%s+$", ""))
-else
-  report("FAIL", "python", python .. " does not run", "sudo apt-get install python3")
-end
-
-local data_home = sys.getenv("XDG_DATA_HOME") or ((sys.getenv("HOME") or "/tmp") .. "/.local/share")
-local vol_dir = data_home .. "/rlm/volumes"
-local probe = vol_dir .. "/.rlm-diagnostics"
-if sys.mkdir_p(vol_dir) and sys.write_file(probe, "ok") then
-  sys.remove(probe)
-  report("ok", "volume directory", vol_dir)
-else
-  report("FAIL", "volume directory", vol_dir .. " is not writable",
-    "set XDG_DATA_HOME to a writable directory, or fix the permissions of " .. vol_dir)
-end
-
-local backend = params.backend or "local"
-local ok, err = pcall(function()
-  local interp <close> = require("rlm").interpreter{backend = backend, timeout = 120}
-  interp:start()
-  local out, run = interp:execute("SUBMIT(ok=True)")
-  if not (out and out.ok == true) then error(run.error or "no SUBMIT", 0) end
-end)
-report(ok and "ok" or "FAIL", backend .. " sandbox", ok and "runs SUBMIT(ok=True)" or tostring(err),
-  backend == "local" and "see the bubblewrap and python lines above" or "see the Daytona lines below")
-
 -- Keys and models -----------------------------------------------------------------------------
-for _, name in ipairs{"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENROUTER_API_KEY", "DAYTONA_API_KEY"} do
-  report(sys.getenv(name) and "ok" or "warn", name, sys.getenv(name) and "set" or "not set",
-    "export " .. name .. "=... if you use that provider")
+-- The providers rlm knows and the variable each reads its key from (only "set", never a value).
+local names = {}
+for name in pairs(llm.providers) do names[#names + 1] = name end
+table.sort(names)
+for _, name in ipairs(names) do
+  local var = llm.providers[name].key_env
+  if var and not llm.providers[name].key_optional then
+    local set = (sys.getenv(var) or "") ~= ""
+    report(set and "ok" or "warn", var, set and "set" or "not set",
+      ("export %s=... if you use %s models"):format(var, name))
+  end
 end
 
 local model = sys.getenv("RLM_MODEL")
 report(model and "ok" or "warn", "RLM_MODEL", model or "not set",
   "export RLM_MODEL=openai/gpt-4o (or pass --model to rlm ask)")
 
-local function probe_url(what, url, headers, fix)
-  local res, perr = http.request{url = url, headers = headers, timeout = 10, connect_timeout = 5}
-  if not res then
-    report("FAIL", what, "unreachable: " .. perr, fix)
-  elseif res.status == 401 or res.status == 403 then
-    report("FAIL", what, ("%s answers %d: the key was refused"):format(url, res.status), "check the key")
-  elseif res.status >= 500 then
-    report("warn", what, ("%s answers %d"):format(url, res.status), "the service has trouble; try later")
-  else
-    report("ok", what, ("%s answers %d"):format(url, res.status))
-  end
-end
-
-if not quick and model then
-  local provider = model:match("^([%w_-]+)/")
-  if provider == "anthropic" then
-    local key = sys.getenv("ANTHROPIC_API_KEY")
-    local base = sys.getenv("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
-    probe_url("model provider", base .. "/v1/models",
-      {["x-api-key"] = key or "", ["anthropic-version"] = "2023-06-01"}, "check ANTHROPIC_BASE_URL and your network")
-  elseif provider == "openai" or provider == "local" then
-    local key = provider == "openai" and sys.getenv("OPENAI_API_KEY")
-    local base = provider == "openai" and (sys.getenv("OPENAI_BASE_URL") or "https://api.openai.com/v1")
-      or (sys.getenv("RLM_LOCAL_BASE_URL") or "http://127.0.0.1:8000/v1")
-    probe_url("model provider", base .. "/models", key and {Authorization = "Bearer " .. key} or nil,
-      "check the base URL and that the server runs")
-  else
-    report("warn", "model provider", "no reachability check for provider " .. tostring(provider))
-  end
-end
-
-if not quick and (backend == "daytona" or sys.getenv("DAYTONA_API_KEY")) then
-  local base = sys.getenv("DAYTONA_API_URL") or "https://app.daytona.io/api"
-  local key = sys.getenv("DAYTONA_API_KEY")
-  if not key then
-    report("FAIL", "daytona", "DAYTONA_API_KEY is not set", "export DAYTONA_API_KEY=... (from the Daytona dashboard)")
-  else
-    probe_url("daytona", base .. "/volumes", {Authorization = "Bearer " .. key},
-      "check DAYTONA_API_URL and your network")
+if model then
+  local ok, cerr = pcall(llm.check, model)
+  if not ok then
+    report("FAIL", "model", message(cerr), "see `rlm help ask` for the model names rlm knows")
+  elseif not quick then
+    -- One short call through the same path a run takes: the URL, the key and the model name are
+    -- all checked by the provider (a few tokens, a tiny fraction of a cent).
+    local res, e = llm.complete{model = model, prompt = "Reply with the word OK.", max_tokens = 16,
+                                retries = 0, timeout = 30}
+    report(res and "ok" or "FAIL", "model", res and (model .. " answers") or tostring(e),
+      "check the key, the model name and the provider's base URL variable")
   end
 end
 

@@ -18,7 +18,7 @@ end
 tests["skill list, show, unknown names and bad parameters"] = function()
   local r = skill{"list"}
   T.eq(r.code, 0, r.stderr)
-  for _, name in ipairs{"rlm-execute", "sandbox-execution", "daytona-smoke", "long-context",
+  for _, name in ipairs{"rlm-execute", "sandbox-execution", "long-context",
                         "delegation", "diagnostics"} do
     T.contains(r.stdout, name)
   end
@@ -137,13 +137,20 @@ end
 tests["diagnostics checks the machine and says how to fix failures"] = function()
   local r = skill{"diagnostics", "quick"}
   T.eq(r.code, 0, r.stdout .. r.stderr)
-  T.contains(r.stdout, "ok    bubblewrap")
-  T.contains(r.stdout, "ok    local sandbox")
+  T.contains(r.stdout, "ok    local backend")
+  T.contains(r.stdout, "ok    local sandbox                runs SUBMIT(ok=True) with Python 3.")
+  T.contains(r.stdout, "ok    volume")
   T.contains(r.stdout, "all checks passed")
   r = skill({"diagnostics", "quick"}, {RLM_BWRAP = "/no/such/bwrap"})
   T.eq(r.code, 1)
-  T.contains(r.stdout, "FAIL  bubblewrap")
+  T.contains(r.stdout, "FAIL  local backend                the local sandbox needs bubblewrap")
+  T.contains(r.stdout, "bubblewrap (/no/such/bwrap) was not found")
   T.contains(r.stdout, "fix: sudo apt-get install bubblewrap")
+  T.truthy(not r.stdout:find("\n%a+ +local sandbox "), "no sandbox is tried without its tools")
+  -- every provider's key variable comes from the provider table, with a model set but no key
+  r = skill({"diagnostics", "quick"}, {RLM_MODEL = "groq/llama-3.3-70b", GROQ_API_KEY = ""})
+  T.contains(r.stdout, "warn  GROQ_API_KEY")
+  T.truthy(r.stdout:find("\nFAIL  model +groq/llama%-3%.3%-70b needs an API key: set GROQ_API_KEY"), r.stdout)
 end
 
 tests["skill new writes a starting recipe that runs from RLM_SKILLS_PATH"] = function()

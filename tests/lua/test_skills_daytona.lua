@@ -101,10 +101,11 @@ tests["daytona: sandbox-execution stages a given local repository at a given ref
   T.contains(r.stdout, "README.md at the ref   version two")
 end
 
-tests["daytona: the daytona-smoke skill passes with a repository and its own volume"] = function()
+tests["daytona: rlm daytona-smoke passes with a repository and its own volume"] = function()
   local s = D.standin()
   local repo = D.git_repo()
-  local r = skill({"daytona-smoke", "repo=" .. repo, "volume=smoke-vol"}, D.env(s))
+  local r = T.run_rlm({"daytona-smoke", "--repo", repo, "--volume", "smoke-vol"},
+                      {env = D.env(s), timeout = 120})
   T.eq(r.code, 0, r.stdout .. r.stderr)
   for _, step in ipairs{"credentials", "api version", "volume", "sandbox", "daemon", "repo",
                         "execute", "volume write", "volume read", "stop, start", "delete"} do
@@ -177,9 +178,9 @@ tests["daytona: a bad parameter says what is valid and makes no request to Dayto
     T.eq(r.code, 1, table.concat(args, " "))
     T.contains(r.stderr, c[2], table.concat(args, " "))
   end
-  local r = skill({"daytona-smoke", "nope=1"}, env)
-  T.eq(r.code, 1)
-  T.contains(r.stderr, "unknown argument 'nope=1' (have: repo=URL, ref=REF, volume=NAME)")
+  local r = T.run_rlm({"daytona-smoke", "--nope"}, {env = env})
+  T.eq(r.code, 2)
+  T.contains(r.stderr, "--nope")
   r = skill({"rlm-execute", "--backend", "dayton"}, env)
   T.eq(r.code, 2, "a usage mistake")
   T.contains(r.stderr, 'unknown backend "dayton" (did you mean "daytona"?)')
@@ -197,7 +198,7 @@ tests["daytona: a missing key says which variable to set and makes no sandbox"] 
   T.eq(r.code, 1)
   T.contains(r.stderr, "rlm: no Daytona credentials: set DAYTONA_API_KEY")
   T.truthy(not r.stderr:find("traceback", 1, true), "a plain message, not a traceback:\n" .. r.stderr)
-  r = skill({"daytona-smoke"}, D.env(nil, {DAYTONA_API_URL = s.url .. "/api"}))
+  r = T.run_rlm({"daytona-smoke"}, {env = D.env(nil, {DAYTONA_API_URL = s.url .. "/api"})})
   T.eq(r.code, 1)
   T.contains(r.stdout, "daytona-smoke: FAIL at credentials: no Daytona credentials: set DAYTONA_API_KEY")
   T.eq(s:stats().total, 0, "not one request reached the stand-in")
