@@ -5,7 +5,11 @@ PREFIX  ?= /usr/local
 PKGS    := lua5.4 lua5.4-cjson libcurl libmicrohttpd libseccomp
 # Recursive (=) so pkg-config runs when a recipe needs it, after `deps` has installed the packages.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
+# libcurl and libmicrohttpd are not linked into rlm: host/netlib.c opens them on first use, so a
+# command that speaks no HTTP does not pay for loading the ~36 libraries they pull in.
+NET_PKGS  := libcurl libmicrohttpd
+PKG_LIBS   = $(shell pkg-config --libs $(filter-out $(NET_PKGS),$(PKGS))) -ldl
+NET_LIBS   = $(shell pkg-config --libs $(NET_PKGS))
 CFLAGS  ?= -O2 -g
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Ihost -Ibuild $(PKG_CFLAGS) $(CFLAGS)
 LIBS       = $(PKG_LIBS) -lm
@@ -29,8 +33,9 @@ deps:
 build/.dir:
 	@mkdir -p build && touch $@
 
+# bin2c compiles the lua/ modules with the liblua rlm links, so the bytecode always matches.
 build/bin2c: host/bin2c.c | build/.dir
-	$(CC) -O2 -o $@ $<
+	$(CC) -O2 $(shell pkg-config --cflags lua5.4) -o $@ $< $(shell pkg-config --libs lua5.4)
 
 build/embedded.c: build/bin2c $(EMBED) | build/.dir
 	build/bin2c $(EMBED) > $@
@@ -63,7 +68,7 @@ build/suites.h: $(CHECK_SRC) | build/.dir
 	@printf '%s\n' $(foreach s,$(SUITES),'SUITE($(s))') > $@
 
 build/check_all: $(CHECK_SRC) build/suites.h build/libhost.a tests/check_host.h
-	$(CC) $(ALL_CFLAGS) -Itests -o $@ $(CHECK_SRC) build/libhost.a $(LIBS) $(shell pkg-config --cflags --libs check 2>/dev/null)
+	$(CC) $(ALL_CFLAGS) -Itests -o $@ $(CHECK_SRC) build/libhost.a $(LIBS) $(NET_LIBS) $(shell pkg-config --cflags --libs check 2>/dev/null)
 
 run: deps rlm
 	./rlm skill rlm-execute

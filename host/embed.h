@@ -7,6 +7,7 @@ struct embedded_file {
     const char *path;           /* repository-relative, e.g. "lua/rlm/init.lua" */
     const unsigned char *data;  /* NUL-terminated for convenience; len excludes the NUL */
     size_t len;
+    int bytecode;               /* a lua/ module, stored compiled (bin2c) */
 };
 
 extern const struct embedded_file embedded_files[];

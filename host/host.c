@@ -101,12 +101,13 @@ void host_report(lua_State *L, int status)
 }
 
 /* package.preload loader for an embedded lua/ file; upvalue 1 is its index. The chunk name is
- * the real path so tracebacks point at lua/... lines. */
+ * the real path so tracebacks point at lua/... lines (bin2c keeps it in the bytecode too). */
 static int load_embedded(lua_State *L)
 {
     const struct embedded_file *f = &embedded_files[lua_tointeger(L, lua_upvalueindex(1))];
     lua_pushfstring(L, "@%s", f->path);
-    if (luaL_loadbufferx(L, (const char *)f->data, f->len, lua_tostring(L, -1), "t") != LUA_OK)
+    if (luaL_loadbufferx(L, (const char *)f->data, f->len, lua_tostring(L, -1),
+                         f->bytecode ? "b" : "t") != LUA_OK)
         return lua_error(L);
     lua_pushvalue(L, 1);               /* module name, as require passes it */
     lua_call(L, 1, 1);

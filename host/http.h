@@ -3,7 +3,7 @@
  * (never Lua). Retries, parsing and Lua results are the caller's business. */
 #ifndef RLM_HTTP_H
 #define RLM_HTTP_H
-#include <curl/curl.h>
+#include "netlib.h"
 #include "buf.h"
 #include "loop.h"
 

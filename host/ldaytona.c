@@ -820,6 +820,7 @@ static const luaL_Reg op_metamethods[] = {
 
 int luaopen_rlm_core_daytona(lua_State *L)
 {
+    netlib_curl(L);
     loop_get(L);
     host_newclass(L, CLIENT, client_metamethods, client_methods);
     host_newclass(L, OP, op_metamethods, op_methods);

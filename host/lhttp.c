@@ -218,6 +218,7 @@ static const luaL_Reg transfer_metamethods[] = {
 
 int luaopen_rlm_core_http(lua_State *L)
 {
+    netlib_curl(L);
     loop_get(L);
     host_newclass(L, TRANSFER, transfer_metamethods, transfer_methods);
     luaL_newlib(L, http_funcs);

@@ -28,7 +28,7 @@
 #include <sys/socket.h>
 
 #include <lauxlib.h>
-#include <microhttpd.h>
+#include "netlib.h"
 
 #include "buf.h"
 #include "host.h"
@@ -822,6 +822,7 @@ static const luaL_Reg request_metamethods[] = {
 
 int luaopen_rlm_core_httpd(lua_State *L)
 {
+    netlib_mhd(L);
     loop_get(L);
     host_newclass(L, SERVER, server_metamethods, server_methods);
     host_newclass(L, REQUEST, request_metamethods, request_methods);

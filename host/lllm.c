@@ -888,6 +888,7 @@ static const luaL_Reg call_metamethods[] = {{"__gc", call_gc},
 
 int luaopen_rlm_core_llm(lua_State *L)
 {
+    netlib_curl(L);
     loop_get(L);
     host_newclass(L, CALL, call_metamethods, call_methods);
     luaL_newlib(L, llm_funcs);

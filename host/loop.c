@@ -1,6 +1,7 @@
 /* loop.c — the event loop (see loop.h): curl transfers, watched descriptors and timers under
  * one curl_multi_poll. Its Lua face is host/lloop.c. */
 #include <poll.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -43,7 +44,7 @@ struct loop {
     size_t ntimers, cantimers;
     lua_Integer *ready;
     size_t nready, canready;
-    struct curl_waitfd *waitfds;
+    struct pollfd *waitfds;      /* also curl_waitfd's layout (checked below) */
     size_t canwaitfds;
     lua_Integer next_id;
 };
@@ -71,22 +72,27 @@ double loop_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+_Static_assert(sizeof(struct pollfd) == sizeof(struct curl_waitfd) &&
+               offsetof(struct pollfd, revents) == offsetof(struct curl_waitfd, revents),
+               "curl_multi_poll takes the loop's pollfd array as it is");
+
 static int loop_gc(lua_State *L)
 {
     loop *lp = luaL_checkudata(L, 1, LOOP_META);
-    if (lp->multi == NULL)
-        return 0;
-    for (size_t i = 0; i < lp->neasies; i++) {
-        curl_multi_remove_handle(lp->multi, lp->easies[i]->easy);
-        free(lp->easies[i]);
+    if (lp->multi != NULL) {
+        for (size_t i = 0; i < lp->neasies; i++) {
+            curl_multi_remove_handle(lp->multi, lp->easies[i]->easy);
+            free(lp->easies[i]);
+        }
+        curl_multi_cleanup(lp->multi);
+        lp->multi = NULL;
     }
-    curl_multi_cleanup(lp->multi);
-    lp->multi = NULL;
     free(lp->easies);
     free(lp->watches);
     free(lp->timers);
     free(lp->ready);
     free(lp->waitfds);
+    memset(lp, 0, sizeof *lp);
     return 0;
 }
 
@@ -98,12 +104,6 @@ loop *loop_get(lua_State *L)
         return lp;
     }
     lua_pop(L, 1);
-    static int curl_ready;
-    if (!curl_ready) {
-        if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-            luaL_error(L, "libcurl failed to initialise");
-        curl_ready = 1;
-    }
     loop *lp = lua_newuserdatauv(L, sizeof *lp, 0);
     memset(lp, 0, sizeof *lp);
     lp->next_id = 1;
@@ -112,15 +112,16 @@ loop *loop_get(lua_State *L)
         lua_setfield(L, -2, "__gc");
     }
     lua_setmetatable(L, -2);
-    lp->multi = curl_multi_init();
-    if (lp->multi == NULL)
-        luaL_error(L, "libcurl cannot create a multi handle (out of memory?)");
     lua_setfield(L, LUA_REGISTRYINDEX, LOOP_KEY);
     return lp;
 }
 
+/* The multi handle is made with the first transfer: until then libcurl need not be loaded and
+ * the loop waits with poll(). */
 CURLM *loop_multi(loop *lp)
 {
+    if (lp->multi == NULL && netlib_curl_loaded())
+        lp->multi = curl_multi_init();
     return lp->multi;
 }
 
@@ -133,7 +134,7 @@ int loop_add_easy(loop *lp, CURL *easy, loop_done_fn done, void *ud)
         return -1;
     *reg = (struct easy_reg){easy, done, ud};
     curl_easy_setopt(easy, CURLOPT_PRIVATE, reg);
-    if (curl_multi_add_handle(lp->multi, easy) != CURLM_OK) {
+    if (loop_multi(lp) == NULL || curl_multi_add_handle(lp->multi, easy) != CURLM_OK) {
         free(reg);
         return -1;
     }
@@ -268,13 +269,16 @@ static double next_timer_ms(loop *lp)
 
 static void run_ready_work(loop *lp)
 {
-    int running;
-    curl_multi_perform(lp->multi, &running);
-    drain_done(lp);
+    if (lp->multi != NULL) {
+        int running;
+        curl_multi_perform(lp->multi, &running);
+        drain_done(lp);
+    }
     fire_timers(lp);
 }
 
-/* Waits on curl's sockets, the watched descriptors and the signal pipe together. */
+/* Waits on curl's sockets, the watched descriptors and the signal pipe together (before the
+ * first transfer, poll() on the descriptors). */
 static int wait_once(loop *lp, int timeout_ms)
 {
     size_t n = lp->nwatches + 1;
@@ -282,10 +286,14 @@ static int wait_once(loop *lp, int timeout_ms)
         return -1;
     size_t k = 0;
     for (size_t i = 0; i < lp->nwatches; i++)
-        lp->waitfds[k++] = (struct curl_waitfd){lp->watches[i].fd, lp->watches[i].events, 0};
+        lp->waitfds[k++] = (struct pollfd){lp->watches[i].fd, lp->watches[i].events, 0};
     if (host_signal_fd() >= 0)
-        lp->waitfds[k++] = (struct curl_waitfd){host_signal_fd(), POLLIN, 0};
-    curl_multi_poll(lp->multi, lp->waitfds, (unsigned)k, timeout_ms, NULL);
+        lp->waitfds[k++] = (struct pollfd){host_signal_fd(), POLLIN, 0};
+    if (lp->multi != NULL)
+        curl_multi_poll(lp->multi, (struct curl_waitfd *)lp->waitfds, (unsigned)k, timeout_ms, NULL);
+    else if (poll(lp->waitfds, k, timeout_ms) < 0)
+        for (size_t i = 0; i < k; i++)   /* EINTR: a signal, seen through the signal pipe */
+            lp->waitfds[i].revents = 0;
     /* A callback may add or drop watches, so look each one up again before calling it. */
     for (size_t i = 0; i < k; i++) {
         short rev = lp->waitfds[i].revents;

@@ -6,7 +6,7 @@
  * those ids to Lua, which resumes the coroutine waiting on each. */
 #ifndef RLM_LOOP_H
 #define RLM_LOOP_H
-#include <curl/curl.h>
+#include "netlib.h"
 #include <lua.h>
 
 typedef struct loop loop;

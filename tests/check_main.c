@@ -1,10 +1,12 @@
 /* check_main.c — runs every suite (CK_RUN_SUITE=name to pick one, CK_FORK=no for valgrind). */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <lauxlib.h>
 
 #include "check_host.h"
 #include "host.h"
+#include "netlib.h"
 
 void run_lua(lua_State *L, const char *code)
 {
@@ -16,6 +18,11 @@ void run_lua(lua_State *L, const char *code)
 
 int main(void)
 {
+    char err[512];
+    if (netlib_load_all(err, sizeof err)) {   /* the host calls libcurl through netlib */
+        fprintf(stderr, "check_all: %s\n", err);
+        return EXIT_FAILURE;
+    }
     SRunner *sr = srunner_create(NULL);
 #define SUITE(name) srunner_add_suite(sr, make_##name##_suite());
 #include "suites.h"

@@ -9,6 +9,39 @@ tests["-e runs code and cjson is built in"] = function()
   T.eq(r.stdout, '{"a":1}\n')
 end
 
+tests["the HTTP libraries load on first use, not at start"] = function()
+  local probe = [[
+local function loaded(lib) return io.open("/proc/self/maps"):read("a"):find(lib, 1, true) ~= nil end
+local before = {loaded("libcurl"), loaded("libmicrohttpd")}
+require "rlm.interpreter"
+local sandbox_only = loaded("libcurl")
+require "rlm.http"
+local after_http = {loaded("libcurl"), loaded("libmicrohttpd")}
+require "rlm.core.httpd"
+print(before[1], before[2], sandbox_only, after_http[1], after_http[2], loaded("libmicrohttpd"))]]
+  local r = T.run_rlm{"-e", probe}
+  T.eq(r.code, 0, r.stderr)
+  T.eq(r.stdout, "false\tfalse\tfalse\ttrue\tfalse\ttrue\n")
+  r = T.run_rlm{"exec", "SUBMIT(n=1)"}   -- a sandbox-only command works without them
+  T.eq(r.code, 0, r.stderr)
+end
+
+tests["the embedded library is bytecode whose tracebacks still name lua/ files and lines"] = function()
+  local r = T.run_rlm{"-e", [[
+local src = require("rlm.core.host").resource("lua/rlm/prompts.lua")
+print(src:sub(1, 4) == "\27Lua")
+require("rlm.prompts").render("{{missing}}", {})]]}
+  T.eq(r.code, 1)
+  T.eq(r.stdout, "true\n")
+  local line, n = nil, 0
+  for text in assert(sys.read_file("lua/rlm/prompts.lua")):gmatch("[^\n]*\n") do
+    n = n + 1
+    if text:find('error("prompt template uses', 1, true) then line = line or n end
+  end
+  T.contains(r.stderr, "lua/rlm/prompts.lua:" .. line .. ":")
+  T.contains(r.stderr, "in function 'rlm.prompts.render'")
+end
+
 tests["a script error prints one message with a traceback and exits 1"] = function()
   local dir = T.tmpdir()
   assert(sys.write_file(dir .. "/bad.lua", "local function f()\n  error('broken here')\nend\nf()\n"))
