@@ -2,7 +2,8 @@
 -- sandbox's preview URL.
 --
 -- The sandbox is found by its label (rlm-mcp-deploy = NAME) or made; rlm goes in as this very
--- binary (with any shared library the sandbox lacks, found with ldd there); `rlm mcp --http`
+-- binary (with any shared library the sandbox lacks, found with ldd there, and libcurl and
+-- libmicrohttpd, which rlm opens itself); `rlm mcp --http`
 -- runs as a session command with a generated token; deploy waits for its /health through the
 -- preview URL, then prints the URL, the tokens and a client configuration. The keys the server
 -- needs are the sandbox's environment: never in a command line, an output or a log.
@@ -138,9 +139,26 @@ local function read_file(path)
   return data
 end
 
--- The host's file for each shared library name rlm links (ldd's "name => path" lines).
+-- The libraries rlm opens on first use (host/netlib.c): soname -> this host's file.
+local OPENED = {["libcurl.so.4"] = "rlm.core.http", ["libmicrohttpd.so.12"] = "rlm.core.httpd"}
+
+local function opened_libraries()
+  local out = {}
+  for name, binding in pairs(OPENED) do
+    require(binding)
+    local maps = assert(sys.read_file("/proc/self/maps"))
+    local stem = name:match("^(.-%.so)"):gsub("%p", "%%%0")
+    out[name] = maps:match("(/%S+/" .. stem .. "[%.%d]*)\n")
+  end
+  return out
+end
+
+-- The host's file for each shared library name rlm, and the libraries it opens, link (ldd's
+-- "name => path" lines).
 local function host_libraries()
-  local res = sys.run({"ldd", "/proc/self/exe"}, {timeout = 30})
+  local argv = {"ldd", "/proc/self/exe"}
+  for _, path in pairs(opened_libraries()) do argv[#argv + 1] = path end
+  local res = sys.run(argv, {timeout = 30})
   local out = {}
   for name, path in (res and res.stdout or ""):gmatch("([^%s]+) => (/[^%s]+)") do out[name] = path end
   return out
@@ -183,13 +201,27 @@ function Remote:put_binary()
 end
 
 -- The shared libraries program needs and the sandbox lacks, copied from this host into
--- DIR/lib; repeated, since a copied library may need more.
+-- DIR/lib; repeated, since a copied library may need more. rlm opens libcurl and
+-- libmicrohttpd itself on first use (host/netlib.c), so ldd does not list them: they are
+-- checked by name, copied when the sandbox lacks them, and their own needs follow.
 function Remote:put_libraries(program)
+  local programs = {program}
+  for name, path in pairs(opened_libraries()) do
+    local code = self:run(("ldconfig -p | grep -q '%s ' || test -e %s/lib/%s"):format(
+      name:gsub("%.", "\\."), self.dir, name))
+    if code ~= 0 then
+      self:upload(self.dir .. "/lib/" .. name, check(read_file(path), "cannot read", "reading " .. path))
+      programs[#programs + 1] = self.dir .. "/lib/" .. name
+    end
+  end
   local host = nil
   for _ = 1, 4 do
-    local _, out = self:run(("LD_LIBRARY_PATH=%s/lib ldd %s 2>&1"):format(self.dir, program))
-    local missing = {}
-    for name in out:gmatch("([^%s]+) => not found") do missing[#missing + 1] = name end
+    local _, out = self:run(("LD_LIBRARY_PATH=%s/lib ldd %s 2>&1"):format(self.dir,
+                             table.concat(programs, " ")))
+    local missing, seen = {}, {}
+    for name in out:gmatch("([^%s]+) => not found") do
+      if not seen[name] then seen[name] = true; missing[#missing + 1] = name end
+    end
     if #missing == 0 then return end
     host = host or host_libraries()
     for _, name in ipairs(missing) do
