@@ -567,11 +567,19 @@ static void path_key(struct encoder *e, int k)
     path_prepend(e, step, n);
 }
 
-static int put(struct encoder *e, const void *p, size_t n)
+/* Most pieces are a few bytes (punctuation, short keys): copied by hand, not through a call. */
+static inline int put(struct encoder *e, const void *p, size_t n)
 {
     struct buf *b = e->out;
     if (b->len + n < b->cap) {   /* the common case, without buf_add's NUL */
-        memcpy(b->data + b->len, p, n);
+        char *o = b->data + b->len;
+        if (n <= 16) {
+            const char *c = p;
+            for (size_t i = 0; i < n; i++)
+                o[i] = c[i];
+        } else {
+            memcpy(o, p, n);
+        }
         b->len += n;
         return 1;
     }
@@ -681,19 +689,176 @@ static int short_fraction(double v, char *out)
     return 0;
 }
 
-static int encode_float(struct encoder *e, double v)
+/* Whether the decimal m * 10^exp10 (m < 2^53) reads back as a, decided without strtod where
+ * both m and 10^|exp10| are exact doubles (one correctly rounded operation, as strtod does). */
+static int reads_back(uint64_t m, int exp10, double a)
 {
-    if (isnan(v) || isinf(v))
-        return fail(e, "cannot encode %s", isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf");
-    if (v == floor(v) && fabs(v) < 1e15 && !(v == 0 && signbit(v)))   /* exact, and fast */
-        return encode_integer(e, (lua_Integer)v) && put(e, ".0", 2);
-    char tmp[40];
-    int quick = short_fraction(v, tmp);
-    if (quick)
-        return put(e, tmp, (size_t)quick);
+    static const double pow10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                   1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21,
+                                   1e22};
+    if (m < 9007199254740992u && exp10 >= -22 && exp10 <= 22) {
+        double x = (double)m;
+        return (exp10 < 0 ? x / pow10[-exp10] : x * pow10[exp10]) == a;
+    }
+    char text[48];
+    snprintf(text, sizeof text, "%llue%d", (unsigned long long)m, exp10);
+    return strtod(text, NULL) == a;
+}
+
+/* Writes digits d[0..nd) (nd >= 1, no trailing zeros) with decimal exponent x (of the first
+ * digit) as printf's %.<p>g would for p >= nd, p in 15..17: exponent form below 1e-4 or from
+ * 10^p, else plain. Returns the length. */
+static int write_g(char *out, int negative, const char *d, int nd, int x, int p)
+{
+    int n = 0;
+    if (negative)
+        out[n++] = '-';
+    if (x < -4 || x >= p) {
+        out[n++] = d[0];
+        if (nd > 1) {
+            out[n++] = '.';
+            memcpy(out + n, d + 1, (size_t)nd - 1);
+            n += nd - 1;
+        }
+        n += sprintf(out + n, "e%c%02d", x < 0 ? '-' : '+', x < 0 ? -x : x);
+        return n;
+    }
+    if (x < 0) {
+        out[n++] = '0';
+        out[n++] = '.';
+        for (int i = -1; i > x; i--)
+            out[n++] = '0';
+        memcpy(out + n, d, (size_t)nd);
+        return n + nd;
+    }
+    for (int i = 0; i <= x || i < nd; i++) {
+        if (i == x + 1)
+            out[n++] = '.';
+        out[n++] = i < nd ? d[i] : '0';
+    }
+    if (nd <= x + 1) {   /* integral: keep it a float on the other side */
+        out[n++] = '.';
+        out[n++] = '0';
+    }
+    return n;
+}
+
+/* The 17 significant digits of a (> 0), correctly rounded (ties to even, as printf), and the
+ * decimal exponent of the first: exact integer arithmetic where a * 10^q fits 128 bits
+ * (a = f * 2^e, f < 2^53, times 5^q * 2^q with q <= 27: 1e-11 < a < 1e17). Returns 0 outside
+ * that range, where the caller asks printf. */
+static int digits17(double a, char *d, int *x10)
+{
+    static const uint64_t pow5[28] = {
+        1ull, 5ull, 25ull, 125ull, 625ull, 3125ull, 15625ull, 78125ull, 390625ull, 1953125ull,
+        9765625ull, 48828125ull, 244140625ull, 1220703125ull, 6103515625ull, 30517578125ull,
+        152587890625ull, 762939453125ull, 3814697265625ull, 19073486328125ull,
+        95367431640625ull, 476837158203125ull, 2384185791015625ull, 11920928955078125ull,
+        59604644775390625ull, 298023223876953125ull, 1490116119384765625ull,
+        7450580596923828125ull};
+    const uint64_t lo17 = 10000000000000000ull, hi17 = 100000000000000000ull;
+    if (!(a > 1e-11 && a < 1e17))
+        return 0;
+    int e2;
+    double m = frexp(a, &e2);
+    uint64_t f = (uint64_t)ldexp(m, 53);
+    int e = e2 - 53;
+    int x = (int)floor(log10(a));
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int q = 16 - x;
+        if (q < 0 || q > 27)
+            return 0;
+        unsigned __int128 n = (unsigned __int128)f * pow5[q];
+        int shift = e + q;   /* a * 10^q = f * 5^q * 2^shift */
+        if (shift >= 0) {
+            if (shift > 8)
+                return 0;
+            n <<= shift;
+        } else {
+            int r = -shift;
+            if (r >= 120)
+                return 0;
+            unsigned __int128 rem = n & (((unsigned __int128)1 << r) - 1);
+            unsigned __int128 half = (unsigned __int128)1 << (r - 1);
+            n >>= r;
+            if (rem > half || (rem == half && (n & 1)))
+                n++;
+        }
+        if (n < lo17) {          /* log10 said one too many */
+            x--;
+            continue;
+        }
+        if (n > hi17) {          /* one too few */
+            x++;
+            continue;
+        }
+        uint64_t v = (uint64_t)n;
+        if (v == hi17) {         /* rounded up to the next power of ten */
+            v = lo17;
+            x++;
+        }
+        for (int i = 16; i >= 0; i--, v /= 10)
+            d[i] = (char)('0' + v % 10);
+        *x10 = x;
+        return 1;
+    }
+    return 0;
+}
+
+/* The shortest of 15, 16 or 17 significant digits that reads back as v, from 17 digits
+ * (digits17, or one printf) rounded here; 0 when rounding the printed digits could differ from rounding v
+ * itself (a dropped tail of exactly 5), which the caller leaves to printf. */
+static int shortest_digits(double v, char *out)
+{
+    char digits[17];
+    int x;
+    if (!digits17(fabs(v), digits, &x)) {
+        char text[40];
+        snprintf(text, sizeof text, "%.16e", fabs(v));   /* d.dddddddddddddddde+XX */
+        digits[0] = text[0];
+        memcpy(digits + 1, text + 2, 16);
+        x = atoi(text + 19);
+    }
+    for (int p = 15; p <= 17; p++) {
+        char d[18];
+        memcpy(d, digits, (size_t)p);
+        int dx = x;
+        if (p < 17) {
+            const char *tail = digits + p;
+            int tail_len = 17 - p;
+            if (tail[0] == '5' && (tail_len == 1 || tail[1] == '0'))
+                return 0;   /* a tie, or near one: printf decides */
+            if (tail[0] >= '5') {   /* round up, carrying */
+                int i = p - 1;
+                while (i >= 0 && d[i] == '9')
+                    d[i--] = '0';
+                if (i < 0) {
+                    memmove(d + 1, d, (size_t)p - 1);
+                    d[0] = '1';
+                    dx++;
+                } else {
+                    d[i]++;
+                }
+            }
+        }
+        int nd = p;
+        while (nd > 1 && d[nd - 1] == '0')
+            nd--;
+        uint64_t m = 0;
+        for (int i = 0; i < nd; i++)
+            m = m * 10 + (uint64_t)(d[i] - '0');
+        if (p == 17 || reads_back(m, dx - (nd - 1), fabs(v)))
+            return write_g(out, signbit(v) != 0, d, nd, dx, p);
+    }
+    return 0;
+}
+
+/* The slow, always right way: %.15g, %.16g or %.17g, the first that reads back. */
+static int shortest_printf(struct encoder *e, double v, char *tmp)
+{
     int n = 0;
     for (int prec = 15; prec <= 17; prec++) {
-        n = snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+        n = snprintf(tmp, 40, "%.*g", prec, v);
         if (strtod(tmp, NULL) == v)
             break;
     }
@@ -708,6 +873,22 @@ static int encode_float(struct encoder *e, double v)
         tmp[n++] = '.';
         tmp[n++] = '0';
     }
+    return n;
+}
+
+static int encode_float(struct encoder *e, double v)
+{
+    if (isnan(v) || isinf(v))
+        return fail(e, "cannot encode %s", isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf");
+    if (v == floor(v) && fabs(v) < 1e15 && !(v == 0 && signbit(v)))   /* exact, and fast */
+        return encode_integer(e, (lua_Integer)v) && put(e, ".0", 2);
+    char tmp[40];
+    int quick = short_fraction(v, tmp);
+    if (quick)
+        return put(e, tmp, (size_t)quick);
+    int n = shortest_digits(v, tmp);
+    if (n == 0)
+        n = shortest_printf(e, v, tmp);
     return put(e, tmp, (size_t)n);
 }
 
@@ -814,16 +995,32 @@ static int encode_string_body(struct encoder *e, const unsigned char *p, const u
 
 static int encode_string(struct encoder *e, const char *s, size_t len)
 {
-    const unsigned char *p = (const unsigned char *)s;
-    return put(e, "\"", 1) && encode_string_body(e, p, p + len) && put(e, "\"", 1);
+    const unsigned char *p = (const unsigned char *)s, *end = p + len;
+    if (len <= 64) {   /* short: room for the worst case, quotes included, in one step */
+        char *o = reserve(e, len * 6 + 2), *start = o;
+        if (o == NULL)
+            return 0;
+        *o++ = '"';
+        while (p < end) {
+            if (needs_care(*p))
+                o = escape_byte(o, &p, end);
+            else
+                *o++ = (char)*p++;
+        }
+        *o++ = '"';
+        e->out->len += (size_t)(o - start);
+        return 1;
+    }
+    return put(e, "\"", 1) && encode_string_body(e, p, end) && put(e, "\"", 1);
 }
 
 static int encode_value(struct encoder *e, int idx);
 
 enum shape { SHAPE_ARRAY, SHAPE_OBJECT, SHAPE_ERROR };
 
-/* Decides how the table at idx encodes; for arrays *n is the length. */
-static enum shape table_shape(struct encoder *e, int idx, lua_Integer *n)
+/* Decides how the table at idx encodes; for arrays *n is the length. *empty is 1 when the
+ * table has no entries, -1 when that is not known yet (a forced object is not walked). */
+static enum shape table_shape(struct encoder *e, int idx, lua_Integer *n, int *empty)
 {
     lua_State *L = e->L;
     int forced = -1;   /* SHAPE_* chosen by a json metatable, or -1 */
@@ -834,6 +1031,7 @@ static enum shape table_shape(struct encoder *e, int idx, lua_Integer *n)
             forced = SHAPE_OBJECT;
         lua_pop(L, 1);
     }
+    *empty = -1;
     if (forced == SHAPE_OBJECT)
         return SHAPE_OBJECT;   /* keys are checked while writing */
     lua_Integer count = 0, max = 0;
@@ -858,6 +1056,7 @@ static enum shape table_shape(struct encoder *e, int idx, lua_Integer *n)
             return SHAPE_ERROR;
         }
     }
+    *empty = count == 0 && !strings && !bad_ints;
     if (forced != SHAPE_ARRAY && count == 0 && !bad_ints)
         return SHAPE_OBJECT;   /* all strings, or empty */
     if (strings && (count || bad_ints || forced == SHAPE_ARRAY)) {
@@ -1020,11 +1219,15 @@ static int encode_table(struct encoder *e, int idx)
         return fail(e, "out of Lua stack");
     int top = lua_gettop(L);
     lua_Integer n = 0;
-    enum shape shape = table_shape(e, idx, &n);
+    int empty;
+    enum shape shape = table_shape(e, idx, &n, &empty);
     if (shape == SHAPE_ERROR)
         return 0;
     e->depth++;
-    int empty = shape == SHAPE_ARRAY ? n == 0 : table_empty(L, idx);
+    if (shape == SHAPE_ARRAY)
+        empty = n == 0;
+    else if (empty < 0)
+        empty = table_empty(L, idx);
     int ok;
     if (shape == SHAPE_ARRAY)
         ok = encode_array(e, idx, n);
@@ -1093,7 +1296,8 @@ int json_is_array(lua_State *L, int idx)
     json_push_object_mt(L);
     struct encoder e = {.L = L, .array_mt = top + 1, .object_mt = top + 2};
     lua_Integer n;
-    int array = table_shape(&e, idx, &n) == SHAPE_ARRAY;
+    int empty;
+    int array = table_shape(&e, idx, &n, &empty) == SHAPE_ARRAY;
     lua_settop(L, top);
     return array;
 }
