@@ -447,11 +447,12 @@ local function sandbox_of(self)
   return self.sandbox
 end
 
---- Writes data to a sandbox path (relative paths are under the workspace). Raises on failure.
+--- Writes data to a sandbox path (relative paths are under the workspace): true, or nil, err
+-- like download, files and shell (a path outside the sandbox, a link, a full disk).
 function Interp:upload(path, data)
   if type(data) ~= "string" then error("upload: data must be a string", 2) end
   local ok, err = sandbox_of(self):upload(path, data)
-  if not ok then error("upload " .. tostring(path) .. ": " .. tostring(err), 2) end
+  if not ok then return nil, "upload " .. tostring(path) .. ": " .. tostring(err) end
   return true
 end
 

@@ -101,7 +101,8 @@ local function load_context(interp, context, inline_limit)
   end
   -- relative: beneath the workspace, the code's working directory, whatever the backend
   local path = ".rlm/context" .. (is_text and ".txt" or ".json")
-  interp:upload(path, data)
+  local ok, err = interp:upload(path, data)
+  if not ok then error("cannot put the context into the sandbox: " .. err, 0) end
   local code = is_text
     and ("with open(%q, 'rb') as _f:\n    context = _f.read().decode('utf-8', 'surrogateescape')\ndel _f"):format(path)
     or ("import json as _json\nwith open(%q) as _f:\n    context = _json.load(_f)\ndel _f, _json"):format(path)

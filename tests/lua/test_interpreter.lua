@@ -113,9 +113,9 @@ end
 tests["upload, download and files"] = function()
   local i = interp{}
   local blob = "bin\0\xff\n" .. string.rep("z", 100000)
-  i:upload("/home/daytona/workspace/in/data.bin", blob)
-  i:upload("rel.txt", "relative")
-  i:upload("/home/daytona/memory/m.txt", "mem")
+  assert(i:upload("/home/daytona/workspace/in/data.bin", blob))
+  assert(i:upload("rel.txt", "relative"))
+  assert(i:upload("/home/daytona/memory/m.txt", "mem"))
   local out = i:execute("SUBMIT(n=len(open('in/data.bin','rb').read()), r=open('rel.txt').read())")
   T.eq(out, {n = #blob, r = "relative"})
   i:execute("open('made.txt', 'w').write('from python')")
@@ -129,14 +129,14 @@ tests["upload, download and files"] = function()
   T.eq(paths, {"/home/daytona/workspace/in:dir", "/home/daytona/workspace/in/data.bin:file",
                "/home/daytona/workspace/made.txt:file", "/home/daytona/workspace/rel.txt:file"})
   T.eq(assert(i:files("/home/daytona/memory"))[1].path, "/home/daytona/memory/m.txt")
-  T.raises(function() i:upload("/etc/passwd", "x") end, "outside")
-  T.raises(function() i:upload("../escape.txt", "x") end, "'..'")
+  T.contains(select(2, i:upload("/etc/passwd", "x")), "outside")
+  T.contains(select(2, i:upload("../escape.txt", "x")), "'..'")
   -- a link made inside must not lead the host out of the sandbox
   i:execute("import os\nos.symlink('/etc', 'etc-link')")
   none, err = i:download("etc-link/hostname")
   T.eq(none, nil)
   T.contains(err, "symbolic link")
-  T.raises(function() i:upload("etc-link/evil", "x") end, "symbolic link")
+  T.contains(select(2, i:upload("etc-link/evil", "x")), "symbolic link")
 end
 
 tests["missing bubblewrap is a clear error before anything is created"] = function()

@@ -250,7 +250,7 @@ end
 tests["uploads belong to the sandbox's user, and links are never followed"] = function()
   local i = interp{}
   probe(i, "import os\nos.symlink('/etc', 'etc-link')\nos.symlink('/etc/passwd', 'pw')")
-  T.raises(function() i:upload("etc-link/evil", "x") end, "symbolic link")
+  T.contains(select(2, i:upload("etc-link/evil", "x")), "symbolic link")
   local passwd = sys.read_file("/etc/passwd")
   assert(i:upload("pw", "replaced"))                      -- replaces the link, not its target
   T.eq(sys.read_file("/etc/passwd"), passwd)

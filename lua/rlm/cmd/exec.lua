@@ -58,7 +58,8 @@ function M.main(argv)
   }
   if data then
     -- The bytes become the code's sys.stdin (binary-safe: undecodable bytes as surrogates).
-    interp:upload(STDIN_FILE, data)
+    local ok, err = interp:upload(STDIN_FILE, data)
+    if not ok then error("cannot give the code its stdin: " .. err, 0) end
     local _, r = interp:execute(("__import__('sys').stdin = open(%q, encoding='utf-8', "
       .. "errors='surrogateescape')"):format(STDIN_FILE))
     if r.error then error("cannot give the code its stdin: " .. r.error, 0) end

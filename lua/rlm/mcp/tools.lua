@@ -392,7 +392,8 @@ M.definitions = {
         data = decoded
       end
       local interp, turn <close> = server:session_interp(ctx)
-      interp:upload(sandbox_path(args.path), data)
+      local ok, err = interp:upload(sandbox_path(args.path), data)
+      if not ok then return mcp.error_result(err) end
       return mcp.text_result(("wrote %d bytes to %s"):format(#data, args.path),
                              {path = args.path, bytes = #data})
     end,
