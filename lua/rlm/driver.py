@@ -24,7 +24,8 @@ Events, driver -> host
   {"ev":"ready","pid":P,"python":"3.11.2"}     first line on stdout, with either transport
   {"ev":"done","id":N,"stdout":"...","stderr":"...","stdout_chars":C,"stderr_chars":C,
    "error":null|"ZeroDivisionError: division by zero","traceback":null|"...",
-   "variables":[{"name","type","size","preview"}],"duration":SECONDS,"timed_out":false,
+   "variables":[{"name","type","size","preview"}],"variables_more":K,"duration":SECONDS,
+   "timed_out":false,
    "submitted":null|{...}}
   {"ev":"call","id":N,"kind":K,"args":{...}}   the code is blocked until the matching reply:
       llm_query          {"prompt","model"}   -> results: [text]
@@ -59,7 +60,9 @@ Execute semantics
   RuntimeError(message). Calls from threads are serialised; they fail outside an execute.
 - variables lists user globals except modules and __dunder__ names: type name, len or null,
   and a repr preview of at most 100 characters (computed in bounded time for big containers);
-  at most 1,000 of them, so the event stays small whatever the code defines.
+  at most 50 of them, so the event stays small and quick whatever the code defines;
+  variables_more counts the namespace's names after the last one listed (modules among them:
+  counting them out would mean walking every global on every execute). SHOW_VARS() lists all.
 - --capture-dir DIR: where the stdout/stderr capture files live (default $TMPDIR or /tmp). The
   local sandbox gives it a tmpfs of its own, so its size caps what one execute may print.
 
@@ -80,7 +83,10 @@ import _thread
 DEFAULT_OUTPUT_CHARS = 10000
 PREVIEW_CHARS = 100
 PREVIEW_ITEMS = 8
-MAX_VARIABLES = 1000
+# Variables listed in each done event; the rest are counted (variables_more). A turn's prompt
+# names as many, and building rows is the costly part: with 10,000 globals, listing them all
+# took 28 ms an execute; the listing stops after these and the count is len() arithmetic.
+MAX_VARIABLES = 50
 READ_CHUNK = 1 << 20
 # Memory held back for the driver's own work after user code ran out (under limits.memory the
 # code's data stays alive in its globals): released when a block ends in MemoryError.
@@ -540,10 +546,12 @@ class Session:
         self.restore_streams()
         stdout, stdout_chars = self.stdout.take(limit)
         stderr, stderr_chars = self.stderr.take(limit)
+        rows, more = self.summary(MAX_VARIABLES)
         done = encode({
             "ev": "done", "id": self.request_id, "stdout": stdout, "stderr": stderr,
             "stdout_chars": stdout_chars, "stderr_chars": stderr_chars, "error": error,
-            "traceback": traceback_text, "variables": self.summary(), "duration": duration,
+            "traceback": traceback_text, "variables": rows, "variables_more": more,
+            "duration": duration,
             "timed_out": error is not None and self.timed_out})
         if self.reserve is None:
             try:
@@ -591,16 +599,25 @@ class Session:
         drop_driver_frames(e, set())
         return "".join(traceback.format_exception(type(e), e, e.__traceback__))
 
-    def summary(self):
-        rows = []
-        for name, value in list(self.ns.items()):
+    def summary(self, limit=None):
+        """(rows, more): the user's globals in definition order, at most limit of them, and
+        how many names of the namespace come after the last one looked at."""
+        try:   # without a copy of the whole namespace: the listing stops early
+            return self.summarise(self.ns.items(), limit)
+        except RuntimeError:   # a thread of the code changed the globals meanwhile
+            return self.summarise(list(self.ns.items()), limit)
+
+    def summarise(self, items, limit):
+        rows, seen = [], 0
+        for name, value in items:
+            if limit is not None and len(rows) == limit:
+                break
+            seen += 1
             if name[:2] == "__" == name[-2:] or isinstance(value, ModuleType):
                 continue
-            if len(rows) == MAX_VARIABLES:
-                break
             rows.append({"name": name, "type": type(value).__name__, "size": size_of(value),
                          "preview": preview(value)})
-        return rows
+        return rows, len(self.ns) - seen
 
     def check_submit(self, fields):
         """fields (name -> JSON text) when they fit max_submit_bytes; ValueError otherwise."""
@@ -724,7 +741,7 @@ def make_helpers(session):
 
     def SHOW_VARS():
         """Prints the user's variables: name, type, size and a short preview."""
-        rows = session.summary()
+        rows, _ = session.summary()
         if not rows:
             print("(no variables)")
         for row in rows:

@@ -42,7 +42,9 @@
 --   duration              seconds, host-measured
 --   timed_out             true when execute_timeout stopped the code
 --   state_lost            true when the driver had to be restarted: globals and buffers are gone
---   variables             {{name=, type=, size=, preview=}, ...}: the user's globals
+--   variables             {{name=, type=, size=, preview=}, ...}: the user's globals, the
+--                         first 50 in definition order
+--   variables_more        how many names come after those (SHOW_VARS() in the code lists all)
 --   stdout_chars          the full length of stdout before truncation
 --
 -- ## What the host trusts
@@ -267,7 +269,7 @@ local function bad_done(ev)
   for _, k in ipairs{"stdout", "stderr", "error", "traceback"} do
     if not optional(ev[k], "string") then return k .. " is not text" end
   end
-  for _, k in ipairs{"stdout_chars", "stderr_chars"} do
+  for _, k in ipairs{"stdout_chars", "stderr_chars", "variables_more"} do
     if not optional(ev[k], "number") then return k .. " is not a number" end
   end
   if not optional(ev.submitted, "table") then return "submitted is not an object" end
@@ -283,7 +285,8 @@ function Interp:finish(ev, started)
     error = err, traceback = value(ev.traceback),
     exit = err and 1 or 0, duration = sys.now() - started,
     timed_out = ev.timed_out == true, state_lost = false,
-    variables = value(ev.variables), stdout_chars = value(ev.stdout_chars),
+    variables = value(ev.variables), variables_more = value(ev.variables_more) or 0,
+    stdout_chars = value(ev.stdout_chars),
     stderr_chars = value(ev.stderr_chars),
   }
   return value(ev.submitted), run

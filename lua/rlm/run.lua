@@ -111,20 +111,23 @@ local function load_context(interp, context, inline_limit)
   return nil, r
 end
 
--- Variables named in each turn's prompt; the rest are counted (SHOW_VARS() lists them all).
+-- Variables named in each turn's prompt (the driver lists as many, lua/rlm/driver.py
+-- MAX_VARIABLES); the rest are counted (SHOW_VARS() lists them all).
 local VARIABLES_SHOWN = 50
 
-local function variables_line(vars)
-  if not vars or #vars == 0 then return "(none)" end
+local function variables_line(vars, more)
+  more = more or 0
+  if (not vars or #vars == 0) and more == 0 then return "(none)" end
   local parts = {}
-  for i, v in ipairs(vars) do
-    if i > VARIABLES_SHOWN then
-      parts[#parts + 1] = ("... and %d more (SHOW_VARS() lists them)"):format(#vars - VARIABLES_SHOWN)
-      break
-    end
+  for i, v in ipairs(vars or {}) do
+    if i > VARIABLES_SHOWN then break end
     local sized = type(v.size) == "number"     -- null (json.null) for values without a length
     parts[#parts + 1] = sized and ("%s: %s, %s"):format(v.name, v.type, v.size) or
       ("%s: %s"):format(v.name, v.type)
+  end
+  local rest = math.max(0, #(vars or {}) - VARIABLES_SHOWN) + more
+  if rest > 0 then
+    parts[#parts + 1] = ("... and %d more (SHOW_VARS() lists them)"):format(rest)
   end
   return table.concat(parts, "; ")
 end
@@ -494,9 +497,10 @@ function Run:run_code(blocks, final)
     -- A restarted driver (code deaf to execute_timeout, a crash) lost every variable; the
     -- prompts promise `context` on every turn, so it goes back in.
     if r.state_lost then
-      r.variables = select(2, load_context(self.interp, self.context, self.inline_context_chars)).variables
+      local reloaded = select(2, load_context(self.interp, self.context, self.inline_context_chars))
+      r.variables, r.variables_more = reloaded.variables, reloaded.variables_more
     end
-    vars = r.variables or vars
+    if r.variables then vars, self.variables_more = r.variables, r.variables_more end
     outputs[#outputs + 1] = (#blocks > 1 and ("[block %d]\n"):format(i) or "") .. output_text(r)
     self.steps_code[#self.steps_code + 1] = {code = code, output = outputs[#outputs],
                                               error = r.error, duration = r.duration}
@@ -723,6 +727,7 @@ function Run:loop()
   local loaded, why, r = sandbox_step(load_context, self.interp, self.context, self.inline_context_chars)
   if not loaded then return {reason = "sandbox_error", detail = why} end
   self.variables = r and r.variables
+  self.variables_more = r and r.variables_more
 
   for turn = 1, self.max_iterations do
     self.turn = turn
@@ -754,7 +759,7 @@ function Run:loop()
     if recorded then self:compare(recorded) end
     local step = {type = "step", turn = turn, prompt_chars = request_chars, reply = reply.text,
                   code = self.steps_code, output = output, calls = self.step_calls,
-                  feedback = feedback, variables = variables_line(pyvars),
+                  feedback = feedback, variables = variables_line(pyvars, self.variables_more),
                   usage = reply.usage, sub_usage = spent_since(self.budget, before),
                   duration = sys.now() - t0}
     self.steps[#self.steps + 1] = step
@@ -764,7 +769,7 @@ function Run:loop()
                usage = self.budget:usage()}
     if submitted then return {fields = submitted, reason = "submitted", submitted = true} end
     messages[#messages + 1] = {role = "user", content = self:render("turn", {
-      output = output, variables = variables_line(pyvars), feedback = feedback or "",
+      output = output, variables = variables_line(pyvars, self.variables_more), feedback = feedback or "",
       turn = turn + 1, max_iterations = self.max_iterations})}
   end
   return {reason = "max_iterations",

@@ -288,6 +288,19 @@ local function host_env(b, extra)
   return env
 end
 
+M.cases["many globals: the first 50 are listed and the rest counted"] = function(b)
+  local i = b.interp{}
+  local _, run = i:execute("for k in range(10000):\n    globals()['v%d' % k] = k")
+  T.eq(#run.variables, 50)
+  T.eq(run.variables[2], {name = "v0", type = "int", size = json.null, preview = "0"})
+  T.eq(run.variables_more, 9951)             -- k, v0..v48 listed; v49..v9999 counted
+  _, run = i:execute("del v9999, v0")
+  T.eq(run.variables[2].name, "v1")
+  T.eq(run.variables_more, 9949)
+  local out = i:execute("SUBMIT(n=SHOW_VARS.__doc__ is not None, g=len([n for n in globals() if n.startswith('v')]))")
+  T.eq(out, {n = true, g = 9998})
+end
+
 --- The cases as tests named "contract: <case>" for fixture.backend.
 function M.run(fixture)
   local tests = {}

@@ -292,8 +292,17 @@ class TestSubmit(DriverTest):
                          ["submitted"]["answer"], "x" * 4000)
 
     def test_variables_summary_is_capped(self):
-        ev = self.run_ok("for i in range(5000):\n    globals()[f'v{i}'] = i")
-        self.assertEqual(len(ev["variables"]), 1000)
+        ev = self.run_ok("import json\nfor i in range(5000):\n    globals()[f'v{i}'] = i")
+        self.assertEqual(len(ev["variables"]), 50)
+        self.assertEqual([v["name"] for v in ev["variables"][:2]], ["i", "v0"])
+        self.assertEqual(ev["variables_more"], 4951)   # v49..v4999: 4,951 names not listed
+        ev = self.run_ok("del v4999\nx = 1")
+        self.assertEqual(ev["variables_more"], 4951)   # one gone, one more
+        ev = self.run_ok("pass")
+        self.assertEqual(ev["variables_more"], 4951)
+        listing = self.run_ok("SHOW_VARS()", max_output_chars=10 ** 7)["stdout"]
+        self.assertEqual(listing.count("\n"), 5001)   # i, v0..v4998 and x: all, on request
+        self.assertIn("v4998 (int): 4998\n", listing)
 
 
 class TestErrors(DriverTest):
