@@ -72,12 +72,11 @@ llm_query answers its connection with the call event, and the next connection mu
 reply. --client prints the one event line and exits 0, or exits 2 with a message on stderr.
 """
 import builtins
-import json
 import os
-import signal
 import sys
 import time
 import _ast
+import _signal
 import _thread
 
 DEFAULT_OUTPUT_CHARS = 10000
@@ -89,7 +88,9 @@ PREVIEW_ITEMS = 8
 MAX_VARIABLES = 50
 READ_CHUNK = 1 << 20
 # Memory held back for the driver's own work after user code ran out (under limits.memory the
-# code's data stays alive in its globals): released when a block ends in MemoryError.
+# code's data stays alive in its globals): released when a block ends in MemoryError. The limit
+# counts address space, so bytes() (calloc: pages never touched) holds it back for free, where
+# a bytearray's zeroing cost 6 ms of every start.
 RESERVE_BYTES = 8 << 20
 # A client that connects but never sends must not wedge the server for good.
 CONNECTION_TIMEOUT = 60.0
@@ -97,7 +98,7 @@ UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
 ModuleType = type(sys)
 MISSING = object()
 DRIVER_GLOBALS = globals()
-encode = json.JSONEncoder(separators=(",", ":")).encode
+JSON_SPACE = " \t\n\r"
 
 
 class Submitted(BaseException):
@@ -118,7 +119,55 @@ def json_default(value):
     raise NotSerialisable(type(value).__name__)
 
 
-encode_value = json.JSONEncoder(separators=(",", ":"), default=json_default, allow_nan=False).encode
+# JSON straight from the C accelerator the json package wraps: importing the package pulls in
+# re and enum, about 10 ms of every sandbox's start. The package itself where the accelerator
+# is missing or takes other arguments (another Python).
+def c_codec():
+    from _json import encode_basestring_ascii, make_encoder, make_scanner
+
+    class Options:   # what json.JSONDecoder hands its scanner
+        strict, object_hook, object_pairs_hook = True, None, None
+        parse_float, parse_int = float, int
+        parse_constant = {"NaN": float("nan"), "Infinity": float("inf"),
+                          "-Infinity": float("-inf")}.__getitem__
+        memo = {}
+
+    scan = make_scanner(Options())
+
+    def loads(text):
+        text = (text.decode() if isinstance(text, bytes) else text).strip(JSON_SPACE)
+        try:
+            value, end = scan(text, 0)
+        except (StopIteration, SystemError):
+            # Bad JSON: the accelerator's messages come from json.decoder, imported only now.
+            import json
+            return json.loads(text)
+        if end != len(text):
+            raise ValueError(f"Extra data at character {end}")
+        return value
+
+    def encoder(default, markers, allow_nan):
+        return make_encoder(markers, default, encode_basestring_ascii, None, ":", ",", False,
+                            False, allow_nan)
+
+    events = encoder(None, None, True)
+    # A fresh cycle guard each time: one that failed half-way may keep entries.
+    encode_value = lambda value: "".join(encoder(json_default, {}, False)(value, 0))
+    if events({"a": [1, 2.5, "\u00e9"]}, 0) != ['{"a":[1,2.5,"\\u00e9"]}'] or loads(' [1] ') != [1]:
+        raise ImportError("the json accelerator works differently here")
+    return loads, lambda value: "".join(events(value, 0)), encode_value
+
+
+def package_codec():
+    import json
+    return (json.loads, json.JSONEncoder(separators=(",", ":")).encode,
+            json.JSONEncoder(separators=(",", ":"), default=json_default, allow_nan=False).encode)
+
+
+try:
+    loads, encode, encode_value = c_codec()
+except (ImportError, TypeError):
+    loads, encode, encode_value = package_codec()
 
 
 # An int of more digits than a double can hold (the host reads JSON numbers as doubles or
@@ -250,14 +299,27 @@ class Capture:
         path = os.path.join(directory, name)
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         os.unlink(path)
+        st = os.fstat(self.fd)
+        self.identity = (st.st_dev, st.st_ino)
         self.target = target
-        self.clear()
+        self.reattach()
+
+    def size(self):
+        """Bytes written since the last take, with one fstat when fd `target` is still the
+        file; pointed back at it when user code closed or moved it."""
+        try:
+            st = os.fstat(self.target)
+            if (st.st_dev, st.st_ino) == self.identity:
+                return st.st_size
+        except OSError:
+            pass
+        self.reattach()
+        return os.fstat(self.fd).st_size
 
     def take(self, limit):
         """(text, total characters) written since the last take; empties the file."""
-        size = os.fstat(self.fd).st_size
+        size = self.size()
         if size == 0:
-            self.reattach()
             return "", 0
         if size <= limit:  # never more characters than bytes
             text = os.pread(self.fd, size, 0).decode("utf-8", "replace")
@@ -274,10 +336,14 @@ class Capture:
     def clear(self):
         os.ftruncate(self.fd, 0)
         os.lseek(self.fd, 0, os.SEEK_SET)  # the offset is shared with fd 1/2 and subprocesses
-        self.reattach()
 
     def reattach(self):
-        os.dup2(self.fd, self.target)  # again and again, in case user code closed or moved it
+        os.dup2(self.fd, self.target)
+
+    def discard(self):
+        """Forgets what was written; fd `target` points at the file again."""
+        self.size()
+        self.clear()
 
     def count_chars(self, size):
         total = offset = 0
@@ -420,8 +486,10 @@ class Session:
         # While the driver talks to the host an alarm is only noted, so no line is cut in half.
         self.in_protocol = True
         self.late_alarm = False
-        self.reserve = bytearray(RESERVE_BYTES)
-        signal.signal(signal.SIGALRM, self.on_alarm)
+        self.reserve = bytes(RESERVE_BYTES)
+        self.alarm_handler = self.on_alarm   # one object, so a check by identity finds it
+        self.timer_armed = False
+        _signal.signal(_signal.SIGALRM, self.alarm_handler)
 
     def new_namespace(self):
         # A real __main__ module lets pickle and multiprocessing find the user's classes.
@@ -450,7 +518,7 @@ class Session:
         if line is None:
             self.stop()
         try:
-            req = json.loads(line)
+            req = loads(line)
         except ValueError as e:
             self.transport.send(error_line(f"cannot parse request: {e}"))
             return None
@@ -485,8 +553,8 @@ class Session:
     def reset(self):
         self.new_namespace()
         self.buffers.clear()
-        self.stdout.clear()
-        self.stderr.clear()
+        self.stdout.discard()
+        self.stderr.discard()
         return '{"ev":"reset"}\n'
 
     # -- execute
@@ -555,7 +623,7 @@ class Session:
             "timed_out": error is not None and self.timed_out})
         if self.reserve is None:
             try:
-                self.reserve = bytearray(RESERVE_BYTES)
+                self.reserve = bytes(RESERVE_BYTES)
             except MemoryError:
                 pass
         if submitted is None:
@@ -566,11 +634,19 @@ class Session:
     def run(self, code, filename, timeout):
         body, last = compile_cell(code, filename)
         self.timed_out = self.late_alarm = False
-        self.in_protocol = False
-        signal.signal(signal.SIGALRM, self.on_alarm)  # user code may have taken it over
+        if _signal.getsignal(_signal.SIGALRM) is not self.alarm_handler:
+            _signal.signal(_signal.SIGALRM, self.alarm_handler)  # user code had taken it over
+        # One timer call a block: the timer is armed here and left to run out after it (firing
+        # then only notes a late alarm); a block without a timeout stops an earlier one. Armed
+        # before the code counts as running, so an earlier timer cannot fire into this block.
         if timeout:
             self.timeout = timeout
-            signal.setitimer(signal.ITIMER_REAL, timeout)
+            _signal.setitimer(_signal.ITIMER_REAL, timeout)
+            self.timer_armed = True
+        elif self.timer_armed:
+            _signal.setitimer(_signal.ITIMER_REAL, 0)
+            self.timer_armed = False
+        self.in_protocol = False
         try:
             exec(body, self.ns)
             if last is not None:
@@ -579,7 +655,6 @@ class Session:
                     print(repr(value))
         finally:
             self.in_protocol = True
-            signal.setitimer(signal.ITIMER_REAL, 0)
 
     def restore_streams(self):
         """Flushes the user's streams and puts back ours, in case the code replaced them."""
@@ -639,7 +714,7 @@ class Session:
             if not self.running:
                 raise RuntimeError(f"{kind} can only be used while a block runs")
             self.in_protocol = True
-            left = signal.setitimer(signal.ITIMER_REAL, 0)[0]
+            left = _signal.setitimer(_signal.ITIMER_REAL, 0)[0]
             try:
                 self.transport.send(line)
                 return self.await_reply()
@@ -649,7 +724,7 @@ class Session:
                     self.late_alarm = False
                     left = 1e-6
                 if left > 0:
-                    signal.setitimer(signal.ITIMER_REAL, left)
+                    _signal.setitimer(_signal.ITIMER_REAL, left)
 
     def await_reply(self):
         while True:
