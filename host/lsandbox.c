@@ -4,6 +4,7 @@
  *   write_beneath(root, rel, data[, {mkdirs=, uid=, gid=, mode=}]) -> true | nil, err, errno
  *   list_beneath(root, rel) -> {{path=, type=, size=}, ...} | nil, err, errno
  *   usage(root) -> bytes allocated under root | nil, err, errno
+ *   chown_tree(root, uid, gid[, recursive]) -> true | nil, err, errno   links not followed
  *
  * The host reads and writes inside a sandbox's folders while code in the sandbox may swap any
  * directory for a symbolic link at any moment. Checking a path and then using it by name loses
@@ -478,10 +479,14 @@ static const char *type_name(mode_t m)
 /* A walk over a tree through descriptors only: visit is called for every entry. */
 struct walk {
     dev_t dev;
-    void (*visit)(struct walk *w, const char *path, const struct stat *st);
+    void (*visit)(struct walk *w, int dirfd, const char *name, const char *path,
+                  const struct stat *st);
     lua_State *L;            /* list: the result table is on top of the stack */
     lua_Integer count;
     long long bytes;         /* usage */
+    uid_t uid;               /* chown_tree */
+    gid_t gid;
+    int err;                 /* chown_tree: the first failure's errno */
 };
 
 static void walk_dir(struct walk *w, int dirfd, const char *prefix, int depth)
@@ -497,7 +502,7 @@ static void walk_dir(struct walk *w, int dirfd, const char *prefix, int depth)
         if (path == NULL)
             continue;
         snprintf(path, len, "%s%s%s", prefix, *prefix ? "/" : "", names[i]);
-        w->visit(w, path, &st);
+        w->visit(w, dirfd, names[i], path, &st);
         if (S_ISDIR(st.st_mode) && st.st_dev == w->dev) {
             /* Swapped for a link since fstatat: O_NOFOLLOW refuses it, and it is skipped. */
             int sub = openat(dirfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -512,7 +517,8 @@ static void walk_dir(struct walk *w, int dirfd, const char *prefix, int depth)
         free_names(names, n);
 }
 
-static void add_entry(struct walk *w, const char *path, const struct stat *st)
+static void add_entry(struct walk *w, int dirfd, const char *name, const char *path,
+                      const struct stat *st)
 {
     lua_State *L = w->L;
     lua_createtable(L, 0, 3);
@@ -525,9 +531,18 @@ static void add_entry(struct walk *w, const char *path, const struct stat *st)
     lua_rawseti(L, -2, ++w->count);
 }
 
-static void add_usage(struct walk *w, const char *path, const struct stat *st)
+static void add_usage(struct walk *w, int dirfd, const char *name, const char *path,
+                      const struct stat *st)
 {
     w->bytes += (long long)st->st_blocks * 512;
+}
+
+/* The entry itself, never what a link points at (chown -R --no-dereference). */
+static void give_entry(struct walk *w, int dirfd, const char *name, const char *path,
+                       const struct stat *st)
+{
+    if (fchownat(dirfd, name, w->uid, w->gid, AT_SYMLINK_NOFOLLOW) != 0 && w->err == 0)
+        w->err = errno;
 }
 
 /* Opens rel beneath root as a directory for a walk; -1 with errno otherwise. */
@@ -580,10 +595,33 @@ static int l_usage(lua_State *L)
     return 1;
 }
 
+/* Hands root and everything beneath it (on the same file system, as deep as MAX_DEPTH; only
+ * root when the 4th argument is false) to uid:gid without following links: in-process, where
+ * `chown -R` cost a process per sandbox. */
+static int l_chown_tree(lua_State *L)
+{
+    const char *root = luaL_checkstring(L, 1);
+    struct walk w = {.visit = give_entry, .uid = (uid_t)luaL_checkinteger(L, 2),
+                     .gid = (gid_t)luaL_checkinteger(L, 3)};
+    int fd = open_walk_root(root, ".", &w);
+    if (fd < 0)
+        return fail(L, root, errno);
+    if (fchown(fd, w.uid, w.gid) != 0)
+        w.err = errno;
+    if (lua_isnone(L, 4) || lua_toboolean(L, 4))
+        walk_dir(&w, fd, "", 0);
+    close(fd);
+    if (w.err)
+        return fail(L, root, w.err);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 static const luaL_Reg sandbox_funcs[] = {
     {"seccomp_filter", l_seccomp_filter}, {"read_beneath", l_read_beneath},
     {"write_beneath", l_write_beneath},   {"list_beneath", l_list_beneath},
-    {"usage", l_usage},                   {NULL, NULL}};
+    {"usage", l_usage},                   {"chown_tree", l_chown_tree},
+    {NULL, NULL}};
 
 int luaopen_rlm_core_sandbox(lua_State *L)
 {

@@ -2,6 +2,7 @@
  *   now() time() getpid() getuid() getenv(n) setenv(n, v|nil) environ() isatty(fd) which(cmd)
  *   read_file(p) write_file(p, data[, mode]) (atomic) mkdir_p(p) list_dir(p) stat(p)
  *   remove(p[, recursive]) mkdtemp(prefix) realpath(p) chmod(p, mode) kill(pid, sig)
+ *   hash(s) -> 16 hex digits (64-bit FNV-1a: cache keys, manifests; not for security)
  *   spawn{argv=, env=, cwd=, stdin=, stdout=, stderr=,          -> process (pipes on the loop)
  *         pass=, uid=, gid=, rlimits=, max_line=, max_stderr=}
  * Failures caused by the environment return nil, message; misuse raises.
@@ -23,6 +24,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -366,6 +368,19 @@ static const struct {
 } signal_names[] = {{"TERM", SIGTERM}, {"KILL", SIGKILL}, {"INT", SIGINT},  {"HUP", SIGHUP},
                     {"QUIT", SIGQUIT}, {"STOP", SIGSTOP}, {"CONT", SIGCONT}, {NULL, 0}};
 
+static int l_hash(lua_State *L)
+{
+    size_t len;
+    const unsigned char *p = (const unsigned char *)luaL_checklstring(L, 1, &len);
+    uint64_t h = 0xcbf29ce484222325u;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 0x100000001b3u;
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    lua_pushstring(L, hex);
+    return 1;
+}
+
 static int check_signal(lua_State *L, int arg)
 {
     if (lua_isnoneornil(L, arg))
@@ -643,7 +658,7 @@ static int open_null(int flags)
     return open("/dev/null", flags | O_CLOEXEC);
 }
 
-#define MAX_PASS 16
+#define MAX_PASS 32
 
 /* What the child is set up with beyond its stdio, prepared in the parent before fork so that
  * the child only makes system calls. */
@@ -788,7 +803,7 @@ static int read_pass(lua_State *L, int opts, struct child_setup *cs)
     while (lua_next(L, tbl)) {
         lua_Integer fd = lua_isinteger(L, -2) ? lua_tointeger(L, -2) : -1;
         const char *why = fd < 3 || fd > 1023 ? "spawn: pass keys must be descriptor numbers 3-1023"
-                        : cs->npass == MAX_PASS ? "spawn: pass takes at most 16 descriptors" : NULL;
+                        : cs->npass == MAX_PASS ? "spawn: pass takes at most 32 descriptors" : NULL;
         int src = -1;
         if (why == NULL && lua_type(L, -1) == LUA_TSTRING) {
             size_t len;
@@ -1125,7 +1140,7 @@ static const luaL_Reg sys_funcs[] = {
     {"write_file", l_write_file}, {"mkdir_p", l_mkdir_p}, {"list_dir", l_list_dir},
     {"stat", l_stat},         {"remove", l_remove},   {"mkdtemp", l_mkdtemp},
     {"realpath", l_realpath}, {"kill", l_kill},       {"spawn", l_spawn},
-    {"chmod", l_chmod},
+    {"chmod", l_chmod},       {"hash", l_hash},
     {NULL, NULL}};
 
 static const luaL_Reg process_methods[] = {

@@ -303,14 +303,6 @@ end
 
 -- ---------- the sub-call cache ----------
 
---- 64-bit FNV-1a of s, in hex: cache file names (the whole key is compared on reading) and the
--- hashes of a bench's manifest.
-function M.hash(s)
-  local h = 0xcbf29ce484222325
-  for i = 1, #s do h = (h ~ s:byte(i)) * 0x100000001b3 end
-  return ("%016x"):format(h)
-end
-local fnv1a = M.hash
 
 -- The cache's folder for opts.cache (true: $XDG_CACHE_HOME/rlm, else ~/.cache/rlm), or nil.
 local function cache_dir(cache)
@@ -324,7 +316,7 @@ end
 -- The cache entry's path and key for one sub-call.
 function Run:cache_entry(label, prompt)
   local key = json.encode{model = label, prompt = prompt}
-  local h = fnv1a(key)
+  local h = sys.hash(key)
   return ("%s/subcalls/%s/%s.json"):format(self.cache, h:sub(1, 2), h), key
 end
 

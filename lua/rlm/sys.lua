@@ -10,6 +10,7 @@
 --   sys.run(argv[, opts]) -> {status, code, stdout, stderr} | nil, err
 --   sys.count_processes(uid) -> how many processes the host user uid runs
 --   sys.random_hex(bytes) -> that many random bytes from the kernel, in hex (ids, tokens)
+--   sys.hash(s) -> 64-bit FNV-1a of s in hex (cache keys, manifests)
 local core = require "rlm.core.sys"
 local async = require "rlm.async"
 

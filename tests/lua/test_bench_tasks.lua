@@ -279,7 +279,7 @@ tests["rlm bench browsecomp-plus: the judge decides, its cost counts under --max
   T.truthy(recs["1"].judge_cost > 0, "the judge's cost is counted")
   T.truthy(recs["1"].cost >= recs["1"].judge_cost)
   T.eq(json.decode(assert(sys.read_file(dir .. "/b/manifest.json"))).prompts.judge,
-       require("rlm.run").hash(bcp.JUDGE_PROMPT))
+       require("rlm.sys").hash(bcp.JUDGE_PROMPT))
 
   -- the first query's run fits the budget, its judge's call overspends it: the second query
   -- is not started, and the bench says how to go on

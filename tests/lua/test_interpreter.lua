@@ -259,4 +259,63 @@ tests["rlm exec prints fields, stdout, --json and reads stdin"] = function()
   T.contains(r.stderr, "Timeout")
 end
 
+-- The driver runs from bytecode compiled once into the user's cache folder; a damaged or
+-- unwritable cache only costs the compile, never a start. Each case is a fresh rlm process,
+-- so nothing compiled earlier in this one hides the cache.
+tests["the driver starts from cached bytecode; a damaged or unwritable cache is no failure"] = function()
+  local cache = T.tmpdir()
+  local probe = [[
+import os
+def link(fd):
+    try:
+        return os.readlink('/proc/self/fd/' + fd)
+    except OSError:
+        return ''
+SUBMIT(loader='marshal.loads' in open('/proc/self/cmdline').read(),
+       memfd=any('memfd:' in link(fd) for fd in os.listdir('/proc/self/fd')))]]
+  local function run(cache_home)
+    local r = T.run_rlm({"exec", probe}, {env = host_env{XDG_CACHE_HOME = cache_home}})
+    T.eq(r.code, 0, "rlm exec: " .. r.stderr)
+    return json.decode(r.stdout)
+  end
+  local function cached()
+    local names = assert(sys.list_dir(cache .. "/rlm"))
+    T.eq(#names, 1, "cache files")
+    return cache .. "/rlm/" .. names[1]
+  end
+  T.eq(run(cache), {loader = true, memfd = false})
+  local file = cached()
+  local good = assert(sys.read_file(file))
+  local sum, code = good:match("^(%x+)\n(.*)$")
+  T.eq(sys.hash(code), sum, "the file carries the hash of its bytecode")
+  -- Bytes flipped in the middle: the hash catches it, the driver is compiled again.
+  local mid = #good // 2
+  assert(sys.write_file(file, good:sub(1, mid - 1) .. string.char(good:byte(mid) ~ 0xff) .. good:sub(mid + 1)))
+  T.eq(run(cache), {loader = true, memfd = false})
+  T.eq(sys.read_file(cached()), good, "rewritten")
+  -- A cache folder that cannot be made: the source is handed over instead.
+  assert(sys.write_file(cache .. "/file", "x"))
+  T.eq(run(cache .. "/file"), {loader = false, memfd = false})
+end
+
+tests["the sandbox's /etc: a few entries, read-only, read again at each start"] = function()
+  local i = interp{}
+  local out = i:execute([[
+import os
+entries = sorted(os.listdir('/etc'))
+writable = [e for e in entries if os.access('/etc/' + e, os.W_OK)]
+SUBMIT(entries=entries, writable=writable, passwd=open('/etc/passwd').read())]])
+  T.eq(out.writable, {})
+  T.contains(out.passwd, "daytona:x:1000:1000")
+  for _, e in ipairs(out.entries) do
+    T.truthy(({passwd = 1, group = 1, alternatives = 1, ssl = 1, localtime = 1, timezone = 1,
+               hosts = 1, ["resolv.conf"] = 1, ["nsswitch.conf"] = 1, ["gai.conf"] = 1,
+               ["host.conf"] = 1, protocols = 1, services = 1, ["mime.types"] = 1,
+               ["ld.so.cache"] = 1, ["python3.11"] = 1, ["os-release"] = 1})[e], "unexpected /etc/" .. e)
+  end
+  local hosts = sys.read_file("/etc/hosts")
+  local seen = i:execute("SUBMIT(hosts=open('/etc/hosts').read())")
+  T.eq(seen.hosts, hosts)
+end
+
 return tests

@@ -268,6 +268,27 @@ print(json.dumps(open("sub/dir2/file.txt").read()))]])
   T.eq(r, "mine and mine", "the code can change what the host uploaded")
 end
 
+-- The staged context is handed to the sandbox's uid in-process: a link planted in it is
+-- handed over itself, and what it points at on the host keeps its owner.
+tests["staging hands the context to the sandbox's uid without following links"] = function()
+  if not ROOT then T.skip("only root hands folders to another uid") end
+  local dir = T.tmpdir()
+  local target = dir .. "/host-secret"
+  assert(sys.write_file(target, "mine"))
+  assert(sys.mkdir_p(dir .. "/ctx/deep/er"))
+  assert(sys.write_file(dir .. "/ctx/deep/er/notes.txt", "notes"))
+  T.eq(sys.run({"ln", "-s", target, dir .. "/ctx/deep/link"}).code, 0)
+  local i = interp{context_paths = {dir .. "/ctx"}}
+  local out = i:execute([[
+import os
+base = 'context/ctx/deep'
+SUBMIT(owners=sorted({os.lstat(os.path.join(d, n)).st_uid for d, ds, fs in os.walk(base)
+                      for n in ds + fs} | {os.stat(base).st_uid}),
+       wrote=open(base + '/er/notes.txt', 'a').write(' and more'))]])
+  T.eq(out.owners, {1000}, "everything staged belongs to the sandbox's user")
+  T.eq(sys.stat(target).uid, 0, "the link's target keeps its owner")
+end
+
 -- 4. Resource limits ---------------------------------------------------------------------------
 
 -- Runs a bomb under small limits; checks its error, that the host kept ticking, and that the

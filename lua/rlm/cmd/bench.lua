@@ -115,7 +115,7 @@ local function run_query(opts, task, q, method, remaining)
           expected = expected, answer = answer, score = score,
           cost = (usage.cost or 0) + (scoring.cost or 0), judge_cost = scoring.cost, note = scoring.note,
           tokens = (usage.input_tokens or 0) + (usage.output_tokens or 0),
-          latency = sys.now() - t0, reason = reason, data_hash = require("rlm.run").hash(item.context)}
+          latency = sys.now() - t0, reason = reason, data_hash = sys.hash(item.context)}
 end
 
 -- Per method and length: accuracy (95% interval), cost mean and sd, tokens, latency.
@@ -222,13 +222,13 @@ local function fingerprint(path)
   f:seek("set", math.max(0, size - (1 << 20)))
   local tail = f:read(1 << 20) or ""
   f:close()
-  local hash = require("rlm.run").hash
+  local hash = sys.hash
   return {path = path, bytes = size, head_hash = hash(head), tail_hash = hash(tail)}
 end
 
 local function manifest(opts, task, queries)
   local prompts = require "rlm.prompts"
-  local hash = require("rlm.run").hash
+  local hash = sys.hash
   local hashes = {}
   for _, name in ipairs{"system", "first", "turn", "extract", "compact", "summary"} do
     hashes[name] = hash(prompts[name])

@@ -190,7 +190,7 @@ end
 -- rlm itself, unless the same binary is there already (its hash sits beside it).
 function Remote:put_binary()
   local data = check(read_file("/proc/self/exe"), "cannot read", "reading rlm's own binary")
-  local id = ("%s-%d"):format(require("rlm.run").hash(data), #data)
+  local id = ("%s-%d"):format(sys.hash(data), #data)
   local code, have = self:run("cat " .. self.dir .. "/bin/rlm.id 2>/dev/null")
   if code == 0 and have:match("^%s*(.-)%s*$") == id then return false end
   self:upload(self.dir .. "/bin/rlm", data)
