@@ -9,6 +9,7 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
+#include "adopt.h"
 #include "host.h"
 
 int luaopen_cjson(lua_State *L);
@@ -205,6 +206,7 @@ lua_State *host_newstate(void)
     lua_State *L = luaL_newstate();
     if (L == NULL)
         return NULL;
+    adopt_install(L);
     lua_pushcfunction(L, host_setup);
     int status = host_pcall(L, 0, 0);
     if (status != LUA_OK) {

@@ -16,7 +16,11 @@
  *   max_line = N        stdout is read only while no complete line waits (the child blocks
  *                       until Lua takes it), and a line past N bytes stops the reading:
  *                       p:overflowed() is then true. Without it stdout is read unbounded.
- *   max_stderr = N      only the last N bytes of stderr are kept */
+ *   max_stderr = N      only the last N bytes of stderr are kept
+ *   pipe_size = N       asks for stdin and stdout pipes of N bytes (fewer wake-ups for big
+ *                       transfers; the kernel may give less)
+ * p:write(s) holds s by reference until written, never copying it; p:expect(n) then
+ * p:payload() take n raw bytes of stdout as one string, read in place (adopt.h). */
 #include <dirent.h>
 #include <grp.h>
 #include <errno.h>
@@ -33,12 +37,14 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <lauxlib.h>
 
+#include "adopt.h"
 #include "buf.h"
 #include "host.h"
 #include "loop.h"
@@ -409,11 +415,24 @@ static int l_kill(lua_State *L)
 
 enum { OUT, ERR };
 
+/* A string written to stdin, held by reference (the process's uservalue table, under seq)
+ * instead of copied: a 100 MB variable is never duplicated on its way to the child. */
+struct piece {
+    const char *data;
+    size_t len;
+    lua_Integer seq;
+};
+
 struct process {
     loop *lp;
     pid_t pid;
     int pidfd, in_fd, fds[2];
-    struct buf in, out[2];
+    struct piece *pieces;        /* stdin's queue: pieces[head..count) wait, from head_off */
+    size_t head, count, cap, head_off, pending;
+    lua_Integer next_seq, pinned_from;   /* seqs still pinned: [pinned_from, next_seq) */
+    char *payload;               /* p:expect(): stdout bytes go here, not to out[OUT] */
+    size_t payload_len, payload_got;
+    struct buf out[2];
     size_t out_start;            /* stdout bytes before this offset were taken by p:line() */
     size_t out_scanned;          /* ... and before this one hold no newline: never searched twice */
     size_t max_line, max_stderr; /* 0: unbounded */
@@ -494,10 +513,34 @@ static void bound_stderr(struct process *p)
     b->data[b->len] = '\0';
 }
 
+/* Reads an expected payload straight into its buffer, up to 16 reads a wake-up. */
+static void read_payload(struct process *p, int fd)
+{
+    for (int reads = 0; reads < 16 && p->payload_got < p->payload_len; reads++) {
+        ssize_t n = read(fd, p->payload + p->payload_got, p->payload_len - p->payload_got);
+        if (n > 0) {
+            p->payload_got += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+            p->eof[OUT] = 1;
+            close_fd(p, &p->fds[OUT]);
+        }
+        break;
+    }
+    loop_ready(p->lp, p->id);
+}
+
 static void on_output(void *ud, int fd, short revents)
 {
     struct process *p = ud;
     int which = (fd == p->fds[OUT]) ? OUT : ERR;
+    if (which == OUT && p->payload && p->payload_got < p->payload_len) {
+        read_payload(p, fd);
+        return;
+    }
     char chunk[65536];
     /* At most 1 MiB a wake-up: a child that writes as fast as we read must not keep us here,
      * and Lua gets to look at what came (and stop the child) between wake-ups. */
@@ -555,20 +598,49 @@ static void on_writable(void *ud, int fd, short revents)
     flush_input(ud);
 }
 
-/* Writes what the pipe takes now; the rest waits for POLLOUT. */
+/* Takes n written bytes off the front of stdin's queue. */
+static void advance_input(struct process *p, size_t n)
+{
+    p->pending -= n;
+    while (n > 0) {
+        size_t left = p->pieces[p->head].len - p->head_off;
+        if (n < left) {
+            p->head_off += n;
+            return;
+        }
+        n -= left;
+        p->head++;
+        p->head_off = 0;
+    }
+}
+
+static void drop_input(struct process *p)
+{
+    p->head = p->count;
+    p->head_off = p->pending = 0;
+}
+
+/* Writes what the pipe takes now, many pieces a call; the rest waits for POLLOUT. */
 static void flush_input(struct process *p)
 {
-    while (p->in.len > 0 && p->in_fd >= 0) {
-        ssize_t w = write(p->in_fd, p->in.data, p->in.len);
+    while (p->pending > 0 && p->in_fd >= 0) {
+        struct iovec iov[16];
+        int n = 0;
+        for (size_t i = p->head; i < p->count && n < 16; i++, n++) {
+            size_t off = i == p->head ? p->head_off : 0;
+            iov[n].iov_base = (char *)p->pieces[i].data + off;
+            iov[n].iov_len = p->pieces[i].len - off;
+        }
+        ssize_t w = writev(p->in_fd, iov, n);
         if (w > 0) {
-            buf_consume(&p->in, (size_t)w);
+            advance_input(p, (size_t)w);
         } else if (w < 0 && errno == EINTR) {
             continue;
         } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             loop_watch(p->lp, p->in_fd, POLLOUT, on_writable, p);
             return;
         } else {                  /* EPIPE: the child closed its stdin or died */
-            buf_clear(&p->in);
+            drop_input(p);
             close_fd(p, &p->in_fd);
             loop_ready(p->lp, p->id);
             return;
@@ -577,6 +649,25 @@ static void flush_input(struct process *p)
     if (p->in_fd >= 0)
         loop_unwatch(p->lp, p->in_fd);
     loop_ready(p->lp, p->id);
+}
+
+/* Unpins the strings written since the last call (it needs L, which loop callbacks lack). */
+static void release_written(lua_State *L, struct process *p)
+{
+    lua_Integer upto = p->head < p->count ? p->pieces[p->head].seq : p->next_seq;
+    if (p->pinned_from == upto)
+        return;
+    lua_getiuservalue(L, 1, 1);
+    for (; p->pinned_from < upto; p->pinned_from++) {
+        lua_pushnil(L);
+        lua_rawseti(L, -2, p->pinned_from);
+    }
+    lua_pop(L, 1);
+    if (p->head > 0 && p->head >= p->count / 2) {   /* reuse the front: the queue stays small */
+        memmove(p->pieces, p->pieces + p->head, (p->count - p->head) * sizeof *p->pieces);
+        p->count -= p->head;
+        p->head = 0;
+    }
 }
 
 static void process_release(struct process *p)
@@ -590,7 +681,12 @@ static void process_release(struct process *p)
     close_fd(p, &p->fds[OUT]);
     close_fd(p, &p->fds[ERR]);
     close_fd(p, &p->pidfd);
-    buf_free(&p->in);
+    drop_input(p);           /* the pinned strings go with the userdata's uservalue */
+    free(p->pieces);
+    p->pieces = NULL;
+    p->head = p->count = p->cap = 0;
+    adopt_free(p->payload);
+    p->payload = NULL;
     buf_free(&p->out[OUT]);
     buf_free(&p->out[ERR]);
 }
@@ -912,12 +1008,15 @@ static int l_spawn(lua_State *L)
     read_rlimits(L, 1, &cs);
     size_t max_line = (size_t)opt_count(L, 1, "max_line", 0);
     size_t max_stderr = (size_t)opt_count(L, 1, "max_stderr", 0);
+    int pipe_size = (int)opt_count(L, 1, "pipe_size", 0);
     if (read_pass(L, 1, &cs) != 0)
         return fail_errno(L, "spawn: cannot prepare the passed descriptors");
 
     loop *lp = loop_get(L);
-    struct process *p = lua_newuserdatauv(L, sizeof *p, 0);
+    struct process *p = lua_newuserdatauv(L, sizeof *p, 1);
     memset(p, 0, sizeof *p);
+    lua_newtable(L);                  /* the strings stdin still needs (struct piece) */
+    lua_setiuservalue(L, -2, 1);
     p->lp = lp;
     p->pidfd = p->in_fd = p->fds[OUT] = p->fds[ERR] = -1;
     p->id = loop_new_id(lp);
@@ -949,6 +1048,10 @@ static int l_spawn(lua_State *L)
         child[2] = -2;
     }
     pipes_ok &= pipe2(status, O_CLOEXEC) == 0;
+    if (pipe_size > 0)       /* a request, not a promise: the kernel caps it per user */
+        for (int i = 0; i < 2; i++)
+            if ((i == 0 ? pin[1] : pout[0]) >= 0)
+                fcntl(i == 0 ? pin[1] : pout[0], F_SETPIPE_SZ, pipe_size);
     pid_t pid = pipes_ok ? fork() : -1;
     if (pid == 0)
         child_exec(argv, envp, cwd, child[0], child[1], child[2], status[1], &cs);
@@ -1015,13 +1118,30 @@ static int p_write(lua_State *L)
     struct process *p = check_process(L, 1);
     size_t len;
     const char *data = luaL_checklstring(L, 2, &len);
+    release_written(L, p);
     if (p->in_fd < 0) {
         luaL_pushfail(L);
         lua_pushliteral(L, "the process's stdin is closed");
         return 2;
     }
-    if (buf_add(&p->in, data, len) != 0)
-        return luaL_error(L, "out of memory");
+    if (len == 0) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    if (p->count == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 8;
+        struct piece *pieces = realloc(p->pieces, cap * sizeof *pieces);
+        if (pieces == NULL)
+            return luaL_error(L, "out of memory");
+        p->pieces = pieces;
+        p->cap = cap;
+    }
+    lua_getiuservalue(L, 1, 1);
+    lua_pushvalue(L, 2);
+    lua_rawseti(L, -2, p->next_seq);
+    lua_pop(L, 1);
+    p->pieces[p->count++] = (struct piece){data, len, p->next_seq++};
+    p->pending += len;
     flush_input(p);
     lua_pushboolean(L, 1);
     return 1;
@@ -1029,14 +1149,17 @@ static int p_write(lua_State *L)
 
 static int p_pending_input(lua_State *L)
 {
-    lua_pushinteger(L, (lua_Integer)check_process(L, 1)->in.len);
+    struct process *p = check_process(L, 1);
+    release_written(L, p);
+    lua_pushinteger(L, (lua_Integer)p->pending);
     return 1;
 }
 
 static int p_close_stdin(lua_State *L)
 {
     struct process *p = check_process(L, 1);
-    buf_clear(&p->in);
+    drop_input(p);
+    release_written(L, p);
     close_fd(p, &p->in_fd);
     return 0;
 }
@@ -1050,6 +1173,7 @@ static int stream_arg(lua_State *L, int arg)
 static int p_read(lua_State *L)
 {
     struct process *p = check_process(L, 1);
+    release_written(L, p);
     int which = stream_arg(L, 2);
     struct buf *b = &p->out[which];
     size_t start = which == OUT ? p->out_start : 0;
@@ -1067,6 +1191,7 @@ static int p_read(lua_State *L)
 static int p_line(lua_State *L)
 {
     struct process *p = check_process(L, 1);
+    release_written(L, p);
     struct buf *b = &p->out[OUT];
     char *nl = next_newline(p);
     if (nl == NULL)
@@ -1081,6 +1206,53 @@ static int p_line(lua_State *L)
         p->out_start = p->out_scanned = 0;
     }
     resume_stdout(p);
+    return 1;
+}
+
+/* The next n bytes of stdout are a payload (raw bytes after a line that announced them):
+ * they are read straight into a buffer of their own, which p:payload() hands over as one
+ * string without another copy (adopt.h). Bytes already read past the last line are its
+ * start. */
+static int p_expect(lua_State *L)
+{
+    struct process *p = check_process(L, 1);
+    lua_Integer n = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, n >= 0, 2, "a payload has a size of 0 or more bytes");
+    if (p->payload)
+        return luaL_error(L, "a payload is already expected from this process");
+    char *data = adopt_alloc((size_t)n);
+    if (data == NULL)
+        return luaL_error(L, "out of memory for a payload of %I bytes", n);
+    struct buf *b = &p->out[OUT];
+    size_t have = b->len - p->out_start;
+    size_t take = have < (size_t)n ? have : (size_t)n;
+    if (take)
+        memcpy(data, b->data + p->out_start, take);
+    p->out_start += take;
+    p->out_scanned = p->out_start;
+    if (p->out_start == b->len) {
+        buf_consume(b, p->out_start);
+        p->out_start = p->out_scanned = 0;
+    }
+    p->payload = data;
+    p->payload_len = (size_t)n;
+    p->payload_got = take;
+    p->overflowed = 0;       /* what looked like an overlong line was this payload */
+    if (p->paused && p->fds[OUT] >= 0)
+        loop_watch(p->lp, p->fds[OUT], POLLIN, on_output, p);
+    p->paused = 0;
+    return 0;
+}
+
+/* The expected payload once all of it has come, else nothing. */
+static int p_payload(lua_State *L)
+{
+    struct process *p = check_process(L, 1);
+    if (p->payload == NULL || p->payload_got < p->payload_len)
+        return 0;
+    char *data = p->payload;
+    p->payload = NULL;
+    adopt_push(L, data, p->payload_len);
     return 1;
 }
 
@@ -1147,7 +1319,8 @@ static const luaL_Reg process_methods[] = {
     {"id", p_id},           {"pid", p_pid},     {"write", p_write},
     {"pending_input", p_pending_input},         {"close_stdin", p_close_stdin},
     {"read", p_read},       {"line", p_line},   {"eof", p_eof},
-    {"overflowed", p_overflowed},
+    {"overflowed", p_overflowed},                {"expect", p_expect},
+    {"payload", p_payload},
     {"status", p_status},   {"kill", p_kill},   {"close", p_close},
     {NULL, NULL}};
 

@@ -7,6 +7,7 @@
 #include <lauxlib.h>
 
 #include "check_host.h"
+#include "adopt.h"
 #include "host.h"
 
 static lua_State *L;
@@ -40,6 +41,34 @@ START_TEST(modules_load_from_the_binary_with_real_chunk_names)
     run_lua(L, "assert(require('cjson').encode({a=1}) == '{\"a\":1}')");
     run_lua(L, "assert(require('cjson.safe').decode('{') == nil)");
     run_lua(L, "assert(type(require('rlm.core.loop').poll) == 'function')");
+}
+END_TEST
+
+/* A buffer from adopt_alloc becomes the string itself (no second copy); a short one is copied
+ * and freed; both read back exactly, and Lua frees the adopted one. */
+START_TEST(a_big_buffer_becomes_a_string_in_place)
+{
+    size_t n = 1 << 20;
+    char *data = adopt_alloc(n);
+    ck_assert_ptr_nonnull(data);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (char)(i * 7 + 1);
+    adopt_push(L, data, n);
+    size_t len;
+    const char *s = lua_tolstring(L, -1, &len);
+    ck_assert_uint_eq(len, n);
+    ck_assert_ptr_eq(s, data);
+    for (size_t i = 0; i < n; i += 4093)
+        ck_assert_int_eq(s[i], (char)(i * 7 + 1));
+    ck_assert_int_eq(s[n], '\0');
+    char *small = adopt_alloc(10);
+    memcpy(small, "0123456789", 10);
+    adopt_push(L, small, 10);
+    ck_assert_str_eq(lua_tostring(L, -1), "0123456789");
+    lua_setglobal(L, "small");
+    lua_setglobal(L, "big");
+    run_lua(L, "assert(#big == 1 << 20 and big:byte(1) == 1 and big:byte(2) == 8 and small == '0123456789')\n"
+               "big = nil collectgarbage()");
 }
 END_TEST
 
@@ -137,6 +166,7 @@ Suite *make_host_suite(void)
     tcase_add_test(tc, embedded_files_are_indexed_by_path);
     tcase_add_test(tc, modules_load_from_the_binary_with_real_chunk_names);
     tcase_add_test(tc, the_working_directory_is_never_searched);
+    tcase_add_test(tc, a_big_buffer_becomes_a_string_in_place);
     tcase_add_test(tc, pcall_appends_a_traceback);
     tcase_add_test(tc, lua_path_override_wins_over_embedded);
     tcase_add_test(tc, messages_are_redacted_of_real_secrets_only);

@@ -14,6 +14,9 @@ Requests, host -> driver
    "max_output_chars":10000|null,"timeout":S|null,"max_submit_bytes":B|null} -> call* then done
       output_names null means ["answer"]; max_output_chars null means 10000; timeout null: none;
       max_submit_bytes null: no cap on the JSON size of what SUBMIT hands back
+      Over stdio an execute may also carry "payloads":[{"name","bytes"}], raw bytes that follow
+      its line in that order, each a variable (a str decoded with surrogateescape), and
+      "payload_min":N: a SUBMIT field that is a str of N characters or more goes back raw too
   {"op":"reply","id":N,"results":[...]} | {"op":"reply","id":N,"error":"message"}
                                     answers the call event with the same id (the execute's id)
   {"op":"reset"}    -> {"ev":"reset"}    user globals, imports and buffers cleared
@@ -26,7 +29,8 @@ Events, driver -> host
    "error":null|"ZeroDivisionError: division by zero","traceback":null|"...",
    "variables":[{"name","type","size","preview"}],"variables_more":K,"duration":SECONDS,
    "timed_out":false,
-   "submitted":null|{...}}
+   "submitted":null|{...}, "payloads":[{"name","bytes"}]}   payloads (only when the execute set
+      payload_min): more submitted fields, as UTF-8 bytes (surrogateescape) after the line
   {"ev":"call","id":N,"kind":K,"args":{...}}   the code is blocked until the matching reply:
       llm_query          {"prompt","model"}   -> results: [text]
       llm_query_batched  {"prompts","model"}  -> results: one text per prompt, in order
@@ -207,6 +211,11 @@ def error_line(message):
     return encode({"ev": "error", "message": message}) + "\n"
 
 
+def error_line_only(message):
+    """An error line for execute, which answers a line and its payloads."""
+    return error_line(message), ()
+
+
 def write_all(fd, data):
     view = memoryview(data)
     while view:
@@ -229,8 +238,15 @@ class Stdio:
             if line.strip():  # a stray blank line must not earn an event and desync the host
                 return line
 
-    def send(self, line):
+    def read_payload(self, size):
+        """The `size` raw bytes after a request line; None at EOF."""
+        data = self.inp.read(size)
+        return data if len(data) == size else None
+
+    def send(self, line, payloads=()):
         write_all(self.out, line.encode())
+        for data in payloads:
+            write_all(self.out, data)
 
     def close(self):
         pass
@@ -272,7 +288,10 @@ class SocketServer:
             self.conn = conn
             return line
 
-    def send(self, line):
+    def read_payload(self, size):
+        return None   # the host sends payloads only over stdio
+
+    def send(self, line, payloads=()):
         conn, self.conn = self.conn, None
         try:
             conn.sendall(line.encode())
@@ -480,6 +499,7 @@ class Session:
         self.request_id = None
         self.output_names = ["answer"]
         self.max_submit_bytes = None
+        self.payload_min = None
         self.running = False
         self.timeout = None
         self.timed_out = False
@@ -525,6 +545,11 @@ class Session:
         if not isinstance(req, dict):
             self.transport.send(error_line("a request must be a JSON object"))
             return None
+        if "payloads" in req:
+            req["payloads"] = self.read_payloads(req["payloads"])
+            if req["payloads"] is None:
+                self.transport.send(error_line("payloads must be a list of {name, bytes}"))
+                return None
         op = req.get("op")
         if op == "ping":
             self.transport.send('{"ev":"pong"}\n')
@@ -534,21 +559,36 @@ class Session:
             self.stop()
         return req
 
+    def read_payloads(self, announced):
+        """(name, bytes) for each payload the request announced; the bytes follow its line."""
+        if not isinstance(announced, list) or not all(
+                isinstance(p, dict) and isinstance(p.get("name"), str) and
+                isinstance(p.get("bytes"), int) and p["bytes"] >= 0 for p in announced):
+            return None
+        payloads = []
+        for p in announced:
+            data = self.transport.read_payload(p["bytes"])
+            if data is None:
+                self.stop()
+            payloads.append((p["name"], data))
+        return payloads
+
     def serve_forever(self):
         while True:
             req = self.next_request()
             if req is None:
                 continue
             op = req.get("op")
+            payloads = ()
             if op == "execute":
-                line = self.execute(req)
+                line, payloads = self.execute(req)
             elif op == "reset":
                 line = self.reset()
             elif op == "reply":
                 line = error_line("no code is waiting for a reply")
             else:
                 line = error_line(f"unknown op {op!r}")
-            self.transport.send(line)
+            self.transport.send(line, payloads)
 
     def reset(self):
         self.new_namespace()
@@ -566,25 +606,31 @@ class Session:
         limit = req.get("max_output_chars") or DEFAULT_OUTPUT_CHARS
         timeout = req.get("timeout")
         max_submit = req.get("max_submit_bytes")
+        payload_min = req.get("payload_min")
         if not isinstance(code, str):
-            return error_line("execute: code must be a string")
+            return error_line_only("execute: code must be a string")
         if not isinstance(variables, dict):
-            return error_line("execute: variables must be an object")
+            return error_line_only("execute: variables must be an object")
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            return error_line("execute: output_names must be a list of strings")
+            return error_line_only("execute: output_names must be a list of strings")
         if not isinstance(limit, int) or limit < 2:
-            return error_line("execute: max_output_chars must be an integer >= 2")
+            return error_line_only("execute: max_output_chars must be an integer >= 2")
         if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
-            return error_line("execute: timeout must be a positive number or null")
+            return error_line_only("execute: timeout must be a positive number or null")
         if max_submit is not None and (not isinstance(max_submit, int) or max_submit < 1):
-            return error_line("execute: max_submit_bytes must be a positive integer or null")
+            return error_line_only("execute: max_submit_bytes must be a positive integer or null")
+        if payload_min is not None and (not isinstance(payload_min, int) or payload_min < 1):
+            return error_line_only("execute: payload_min must be a positive integer or null")
 
         self.ns.update(variables)
+        for name, data in req.get("payloads") or ():
+            self.ns[name] = data.decode("utf-8", "surrogateescape")
         filename = f"<rlm-cell-{len(self.cells) + 1}>"
         self.cells[filename] = code
         self.request_id = req.get("id")
         self.output_names = names
         self.max_submit_bytes = max_submit
+        self.payload_min = payload_min
         final_before = self.ns.get("Final", MISSING)
         error = traceback_text = submitted = None
         started = time.perf_counter()
@@ -608,7 +654,7 @@ class Session:
         final = self.ns.get("Final", MISSING)
         if error is None and submitted is None and final is not final_before and names == ["answer"]:
             try:
-                submitted = self.check_submit({"answer": to_json(final, "Final")})
+                submitted = self.check_submit({"answer": self.field_text(final, "Final")})
             except (TypeError, ValueError) as e:
                 error = error_text(e)
         self.restore_streams()
@@ -627,9 +673,25 @@ class Session:
             except MemoryError:
                 pass
         if submitted is None:
-            return done[:-1] + ',"submitted":null}\n'
-        fields = ",".join(f"{encode(name)}:{text}" for name, text in submitted.items())
-        return done[:-1] + ',"submitted":{' + fields + '}}\n'
+            return done[:-1] + ',"submitted":null}\n', ()
+        raw = [(name, data) for name, data in submitted.items() if isinstance(data, bytes)]
+        fields = ",".join(f"{encode(name)}:{text}" for name, text in submitted.items()
+                          if not isinstance(text, bytes))
+        line = done[:-1] + ',"submitted":{' + fields + '}'
+        if raw:
+            line += ',"payloads":' + encode([{"name": n, "bytes": len(d)} for n, d in raw])
+        return line + '}\n', [data for _, data in raw]
+
+    def field_text(self, value, what):
+        """A SUBMIT field's JSON text; or, for a str of payload_min characters or more, its
+        UTF-8 bytes, sent raw after the done line (no escaping here, no JSON parse on the
+        host: a 100 MB answer crosses as it is)."""
+        if self.payload_min is not None and isinstance(value, str) and len(value) >= self.payload_min:
+            try:
+                return value.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                pass   # a lone surrogate that stands for no byte: JSON carries it escaped
+        return to_json(value, what)
 
     def run(self, code, filename, timeout):
         body, last = compile_cell(code, filename)
@@ -769,7 +831,8 @@ def make_helpers(session):
                 raise TypeError(f"SUBMIT got field {name!r} twice")
             merged[name] = value
         raise Submitted(session.check_submit(
-            {name: to_json(value, f"SUBMIT field {name!r}") for name, value in merged.items()}))
+            {name: session.field_text(value, f"SUBMIT field {name!r}")
+             for name, value in merged.items()}))
 
     def llm_query(prompt, model=None):
         """Asks a language model; returns its answer text."""

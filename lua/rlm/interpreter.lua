@@ -19,12 +19,16 @@
 --                                  .resource("lua/rlm/driver.py"); its docstring is the wire
 --                                  protocol); the driver's first line is its `ready` event,
 --                                  read with sb:request(nil, timeout). Raises.
---   sb:request(req, timeout)       writes one JSON request line (req: a table, or its JSON text
---                                  already encoded; nil: only read) and
+--   backend.payloads               optional: true when sb:request carries raw payloads (the
+--                                  driver's docstring); long strings then skip JSON both ways.
+--   sb:request(req, timeout[, payloads])  writes one JSON request line (req: a table, or its
+--                                  JSON text already encoded; nil: only read), then the payload
+--                                  strings, and
 --     -> event | nil, err, kind    returns the next event as a table. kind: "timeout" (nothing
 --                                  in time; the driver may still run), "dead" (the driver is
 --                                  gone), "protocol" (a line that is not JSON). Must wait through
---                                  rlm.async so other tasks keep running.
+--                                  rlm.async so other tasks keep running. With payloads, an
+--                                  event's payloads entries get .data (their bytes).
 --   sb:kill_driver()               stops the driver at once; start_driver() may follow.
 --   sb:upload(path, data) -> true | nil, err          paths are sandbox paths; relative ones are
 --   sb:download(path) -> data | nil, err              under /home/daytona/workspace
@@ -105,6 +109,10 @@ end
 -- stops a runaway block itself; this only catches code that ignores signals.
 local BACKSTOP = 1.0
 local START_TIMEOUT = 30
+-- Strings of this many bytes or more cross as raw payloads where the backend carries them (a
+-- variable into the sandbox, a SUBMIT field back): no JSON escaping or parsing, and no copy
+-- of a 100 MB value on the host.
+local PAYLOAD_MIN = 64 * 1024
 
 local NO_HANDLER = "llm_query is not available: no model configured"
 local CALL_KINDS = {llm_query = true, llm_query_batched = true, rlm_query = true, budget = true}
@@ -237,6 +245,22 @@ function Interp:restart_driver()
   self:launch(sb)
 end
 
+-- variables without its long strings; those strings in announcement order, and the
+-- announcement ({name, bytes} each) for the request.
+local function split_payloads(variables)
+  local rest, data, announced = {}, {}, {}
+  for k, v in pairs(variables) do
+    if type(v) == "string" and #v >= PAYLOAD_MIN then
+      data[#data + 1] = v
+      announced[#announced + 1] = {name = k, bytes = #v}
+    else
+      rest[k] = v
+    end
+  end
+  if #data == 0 then return variables, nil, nil end
+  return rest, data, announced
+end
+
 local function value(v)
   if v == json.null then return nil end
   return v
@@ -273,6 +297,9 @@ local function bad_done(ev)
     if not optional(ev[k], "number") then return k .. " is not a number" end
   end
   if not optional(ev.submitted, "table") then return "submitted is not an object" end
+  if ev.payloads ~= nil and type(value(ev.submitted)) ~= "table" then
+    return "payloads without submitted fields"
+  end
   if not optional(ev.variables, "table") then return "variables is not a list" end
 end
 
@@ -289,7 +316,9 @@ function Interp:finish(ev, started)
     stdout_chars = value(ev.stdout_chars),
     stderr_chars = value(ev.stderr_chars),
   }
-  return value(ev.submitted), run
+  local submitted = value(ev.submitted)
+  for _, p in ipairs(ev.payloads or {}) do submitted[p.name] = p.data end
+  return submitted, run
 end
 
 -- Answers one call event through the handler; returns the reply request.
@@ -359,6 +388,11 @@ function Interp:execute(code, variables, opts)
         :format(type(k), tostring(k)), 2)
     end
   end
+  local payloads
+  if self.backend.payloads then
+    req.payload_min = PAYLOAD_MIN
+    if variables then variables, payloads, req.payloads = split_payloads(variables) end
+  end
   if variables and next(variables) ~= nil then req.variables = json.object(variables) end
   if opts.output_names then req.output_names = json.array(opts.output_names) end
   -- Encoded once, here: a big variable is not copied again on its way to the sandbox.
@@ -370,7 +404,7 @@ function Interp:execute(code, variables, opts)
     self:restart_driver()
   end
   self.busy = true
-  local ok, out, run = pcall(self.exchange, self, line, req.id, timeout, deadline)
+  local ok, out, run = pcall(self.exchange, self, line, req.id, timeout, deadline, payloads)
   self.busy = false
   if not ok then
     -- Interrupted mid-dialogue (an interrupt, a protocol fault): the driver may still be
@@ -386,7 +420,7 @@ function Interp:execute(code, variables, opts)
 end
 
 -- The request/event dialogue of one execute: calls are answered until the code is done.
-function Interp:exchange(req, id, timeout, deadline)
+function Interp:exchange(req, id, timeout, deadline, payloads)
   local sb = self.sandbox
   local started = sys.now()
   local spent_in_calls = 0
@@ -394,7 +428,8 @@ function Interp:exchange(req, id, timeout, deadline)
     local wait = timeout - (sys.now() - started - spent_in_calls) + BACKSTOP
     -- The driver's timer stands still during calls; a deadline counts them too.
     if deadline then wait = math.min(wait, deadline - sys.now() + BACKSTOP) end
-    local ev, err, kind = sb:request(req, math.max(wait, 0.05))
+    local ev, err, kind = sb:request(req, math.max(wait, 0.05), payloads)
+    payloads = nil
     if not ev then
       if kind == "timeout" and deadline and sys.now() >= deadline then
         return self:lost(started, "TimeoutError: the run's time ran out (max_time) and the " ..

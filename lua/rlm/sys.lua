@@ -6,6 +6,7 @@
 --   sys.mkdir_p(p), sys.list_dir(p), sys.stat(p), sys.remove(p[, recursive]), sys.mkdtemp()
 --   sys.spawn{argv=, env=, cwd=, stdin=, stdout=, stderr=} -> process
 --   sys.read_line(proc[, timeout]) -> line | nil, "eof"|"timeout"|"overflow"
+--   sys.read_payload(proc, n[, timeout]) -> n raw bytes | nil, "eof"|"timeout"
 --   sys.wait(proc[, timeout]) -> "exit"|"signal", code | nil, "timeout"
 --   sys.run(argv[, opts]) -> {status, code, stdout, stderr} | nil, err
 --   sys.count_processes(uid) -> how many processes the host user uid runs
@@ -39,6 +40,22 @@ function M.read_line(proc, timeout)
       if #rest > 0 then return rest end
       return nil, "eof"
     end
+    local left = deadline and deadline - core.now()
+    if left and left <= 0 then return nil, "timeout" end
+    local ok, why = async.await(proc:id(), left)
+    if not ok then return nil, why end
+  end
+end
+
+--- The next n raw bytes of a process's stdout (announced by the line before them), as one
+-- string read in place; nil, "eof" | "timeout".
+function M.read_payload(proc, n, timeout)
+  local deadline = timeout and core.now() + timeout
+  proc:expect(n)
+  while true do
+    local data = proc:payload()
+    if data then return data end
+    if proc:eof("stdout") then return nil, "eof" end
     local left = deadline and deadline - core.now()
     if left and left <= 0 then return nil, "timeout" end
     local ok, why = async.await(proc:id(), left)

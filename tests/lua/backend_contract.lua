@@ -52,6 +52,23 @@ SUBMIT(n=42, f20=math.factorial(20), empty=[], obj={}, s=s, slen=len(s), back=xs
   T.eq(out.t, true)
 end
 
+-- Long strings may take another way than JSON (the local backend sends them raw): the bytes
+-- must come out the same whichever way, at the size where the way changes and far past it.
+M.cases["long strings with odd bytes cross exactly both ways"] = function(b)
+  local i = b.interp{limits = {submit = "32M"}}
+  local piece = "line\n\0nul \xff\xfe bad \xe2\x82 cut é 😀 \"q\" \\ \r\n"
+  for _, size in ipairs{64 * 1024 - 1, 64 * 1024, 3 * 1024 * 1024 + 7} do
+    local s = piece:rep(size // #piece + 1):sub(1, size)
+    local out, run = i:execute([[
+tail = s[-4:]
+SUBMIT(s=s, again=s + "!", n=len(s.encode('utf-8', 'surrogateescape')), small=tail)]], {s = s})
+    T.eq(run.error, nil, "size " .. size)
+    T.eq(out.n, size, "the bytes Python got, size " .. size)
+    T.truthy(out.s == s, "s came back changed, size " .. size)
+    T.truthy(out.again == s .. "!", "again came back changed, size " .. size)
+  end
+end
+
 M.cases["no SUBMIT gives nil out and the printed text"] = function(b)
   local i = b.interp{}
   local out, run = i:execute("print('hello')\nimport sys\nprint('warn', file=sys.stderr)")

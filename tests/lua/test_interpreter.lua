@@ -318,4 +318,39 @@ SUBMIT(entries=entries, writable=writable, passwd=open('/etc/passwd').read())]])
   T.eq(seen.hosts, hosts)
 end
 
+-- A big string crosses each way without a copy on the host: rlm's peak memory stays under
+-- 1.5 times the value (the bench times it; here the memory is the promise). A child rlm
+-- measures itself, its peak reset once the value exists.
+tests["a 64 MB value each way keeps rlm's peak memory under 1.5x the value"] = function()
+  local dir = T.tmpdir()
+  local script = dir .. "/big.lua"
+  assert(sys.write_file(script, [[
+local sys = require "rlm.sys"
+local MB = 1024 * 1024
+local function peak() return tonumber(sys.read_file("/proc/self/status"):match("VmHWM:%s*(%d+)")) * 1024 end
+local function reset_peak()   -- "5" resets VmHWM (proc(5), clear_refs)
+  collectgarbage(); collectgarbage()
+  local f = assert(io.open("/proc/self/clear_refs", "w")); f:write("5"); f:close()
+end
+local i <close> = require("rlm").interpreter{limits = {submit = "128M", output = "128M"}}
+i:execute("pass")
+local big = ("a"):rep(64 * MB)
+reset_peak()
+local out = assert(i:execute("SUBMIT(n=len(v), head=v[:3])", {v = big}))
+print(("IN %d %d %s"):format(peak(), out.n, out.head))
+big = nil
+reset_peak()
+out = assert(i:execute("SUBMIT(s='b' * (64 * 1024 * 1024))"))
+print(("BACK %d %d"):format(peak(), #out.s))]]))
+  local r = T.run_rlm({"run", script}, {timeout = 120})
+  T.eq(r.code, 0, r.stderr)
+  local into, n, head = r.stdout:match("IN (%d+) (%d+) (%a+)")
+  local back, m = r.stdout:match("BACK (%d+) (%d+)")
+  T.eq({tonumber(n), head, tonumber(m)}, {64 << 20, "aaa", 64 << 20})
+  local limit = 1.5 * (64 << 20)
+  into, back = math.tointeger(into), math.tointeger(back)
+  T.truthy(into < limit, ("peak %d MiB sending the value"):format(into >> 20))
+  T.truthy(back < limit, ("peak %d MiB taking it back"):format(back >> 20))
+end
+
 return tests

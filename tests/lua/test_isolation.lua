@@ -470,6 +470,29 @@ tests["a malformed event restarts the driver with a clear error"] = function()
   end
 end
 
+-- Payloads (raw bytes after a line) are announced by the driver, that is by whatever code can
+-- write to its pipe: an announcement past limits.submit, a malformed one, one cut short by the
+-- driver's end, or one with no fields to go to is a protocol fault, never an allocation of
+-- what it claims or a hang.
+tests["forged payload announcements are protocol faults"] = function()
+  local done = '{"ev":"done","id":1,"stdout":"","stderr":"","submitted":%s,"payloads":%s}'
+  for _, forged in ipairs{
+      done:format("{}", '[{"name":"x","bytes":100000000000}]'),
+      done:format("{}", '[{"name":"x","bytes":-1}]'),
+      done:format("{}", '[{"name":7,"bytes":1}]'),
+      done:format("{}", '"not a list"'),
+      done:format("{}", '[{"name":"x","bytes":1000}]') .. "\nonly this much",
+      done:format("null", '[{"name":"x","bytes":1}]') .. "\nx"} do
+    local i = interp{limits = {submit = "1M"}}
+    local t0 = sys.now()
+    local _, run = forge(i, forged)
+    T.truthy(run.error and run.error:match("^SandboxError"), forged .. ": " .. tostring(run.error))
+    T.eq(run.state_lost, true)
+    T.truthy(sys.now() - t0 < 10, "the host waited for bytes that never came")
+    T.truthy(recovers(i), "the interpreter answers again after " .. forged)
+  end
+end
+
 -- What held before and must keep holding -------------------------------------------------------
 
 tests["no network, no host files, no host processes, no keys"] = function()

@@ -41,6 +41,9 @@ local STDERR_BUFFER = 64 * 1024
 -- The capture files of stdout and stderr live here, on a tmpfs of their own (limits.output).
 local CAPTURE_DIR = "/run/rlm"
 local DEFAULT_UID = 65534
+-- The driver's pipes hold 1 MiB (the most an unprivileged user may ask for) instead of 64 KiB:
+-- a 100 MB value crosses in a sixteenth of the wake-ups.
+local PIPE_SIZE = 1024 * 1024
 local PRIVATE = tonumber("700", 8)   -- the sandbox's own folders: nobody else on the host reads them
 -- How often, at most, the host measures the workspace while code runs; a walk that takes long
 -- (a huge tree) is spaced out further, to at most this share of the host's time.
@@ -378,6 +381,7 @@ function Sandbox:start_driver()
                                "--capture-dir", CAPTURE_DIR}
   o.pass[FD.driver] = code
   o.stdin, o.stdout, o.stderr = "pipe", "pipe", "pipe"
+  o.pipe_size = PIPE_SIZE
   self.max_line = limits.event_bytes(self.limits, self.opts.max_output_chars or 10000)
   o.max_line, o.max_stderr = self.max_line, STDERR_BUFFER
   local proc, err = sys.spawn(o)
@@ -445,13 +449,44 @@ function Sandbox:watched_line(timeout)
   end
 end
 
---- Sends one request line and returns the next event; nil, err, kind ("timeout"|"dead"|
+-- Raw bytes after a line (the driver's docstring): this backend carries them both ways.
+M.payloads = true
+
+-- Reads the payloads an event announces into payload.data; nil, err, kind when they cannot be.
+function Sandbox:read_payloads(ev, timeout)
+  if type(ev.payloads) ~= "table" then return nil, "the driver sent malformed payloads", "protocol" end
+  local total = 0
+  for _, p in ipairs(ev.payloads) do
+    if type(p) ~= "table" or type(p.name) ~= "string" or math.type(p.bytes) ~= "integer"
+        or p.bytes < 0 then
+      return nil, "the driver announced a malformed payload", "protocol"
+    end
+    total = total + p.bytes
+  end
+  if total > self.limits.submit then
+    return nil, ("the driver announced %s of payloads, past limits.submit (%s)"):format(
+      limits.human(total), limits.human(self.limits.submit)), "protocol"
+  end
+  for _, p in ipairs(ev.payloads) do
+    local data, why = sys.read_payload(self.proc, p.bytes, timeout)
+    if not data then
+      return nil, why == "timeout" and "no answer from the sandbox in time" or self:died_message(),
+             why == "timeout" and "timeout" or "dead"
+    end
+    p.data = data
+  end
+  return ev
+end
+
+--- Sends one request line (and the payloads it announces, raw, after it) and returns the next
+-- event, with the data of the payloads it announces; nil, err, kind ("timeout"|"dead"|
 -- "protocol"|"limit").
-function Sandbox:request(req, timeout)
+function Sandbox:request(req, timeout, payloads)
   if not self.proc then return nil, "the sandbox's driver is not running", "dead" end
   if req then
     local ok = self.proc:write(type(req) == "string" and req or json.encode(req))
                and self.proc:write("\n")
+    for _, data in ipairs(payloads or {}) do ok = ok and self.proc:write(data) end
     if not ok then return nil, self:died_message(), "dead" end
   end
   local line, why, kind = self:watched_line(timeout)
@@ -465,7 +500,9 @@ function Sandbox:request(req, timeout)
     end
     return nil, self:died_message(), "dead"
   end
-  return common.decode_event(line)
+  local ev, why, kind = common.decode_event(line)
+  if ev and ev.payloads ~= nil then return self:read_payloads(ev, timeout) end
+  return ev, why, kind
 end
 
 function Sandbox:kill_driver()
