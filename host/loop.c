@@ -1,5 +1,11 @@
 /* loop.c — the event loop (see loop.h): curl transfers, watched descriptors and timers under
- * one curl_multi_poll. Its Lua face is host/lloop.c. */
+ * one poll(). Its Lua face is host/lloop.c.
+ *
+ * curl runs in its socket mode: it names the sockets it waits on (they join the watches) and
+ * the time it wants to be called back, and each ready socket costs one curl_multi_socket_action
+ * for the transfers on that socket alone. curl_multi_perform would instead look at every
+ * transfer and poll each one's socket on every wake-up: 32 poll() calls per sub-call with 64 in
+ * flight. */
 #include <poll.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -36,6 +42,7 @@ struct timer {
 
 struct loop {
     CURLM *multi;
+    double curl_due;             /* when curl wants its timeout action (ms); < 0: not wanted */
     struct easy_reg **easies;
     size_t neasies, caneasies;
     struct watch *watches;
@@ -44,7 +51,7 @@ struct loop {
     size_t ntimers, cantimers;
     lua_Integer *ready;
     size_t nready, canready;
-    struct pollfd *waitfds;      /* also curl_waitfd's layout (checked below) */
+    struct pollfd *waitfds;
     size_t canwaitfds;
     lua_Integer next_id;
 };
@@ -71,10 +78,6 @@ double loop_now_ms(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
-
-_Static_assert(sizeof(struct pollfd) == sizeof(struct curl_waitfd) &&
-               offsetof(struct pollfd, revents) == offsetof(struct curl_waitfd, revents),
-               "curl_multi_poll takes the loop's pollfd array as it is");
 
 static int loop_gc(lua_State *L)
 {
@@ -107,6 +110,7 @@ loop *loop_get(lua_State *L)
     loop *lp = lua_newuserdatauv(L, sizeof *lp, 0);
     memset(lp, 0, sizeof *lp);
     lp->next_id = 1;
+    lp->curl_due = -1;
     if (luaL_newmetatable(L, LOOP_META)) {
         lua_pushcfunction(L, loop_gc);
         lua_setfield(L, -2, "__gc");
@@ -116,12 +120,47 @@ loop *loop_get(lua_State *L)
     return lp;
 }
 
-/* The multi handle is made with the first transfer: until then libcurl need not be loaded and
- * the loop waits with poll(). */
+static void on_curl_ready(void *ud, int fd, short revents)
+{
+    loop *lp = ud;
+    /* No bits (an error or hang-up alone): curl looks at the socket itself. */
+    int bits = (revents & POLLIN ? CURL_CSELECT_IN : 0) | (revents & POLLOUT ? CURL_CSELECT_OUT : 0);
+    int running;
+    curl_multi_socket_action(lp->multi, fd, bits, &running);
+}
+
+/* curl says which of its sockets to wait on, and for what. */
+static int on_curl_socket(CURL *easy, curl_socket_t s, int what, void *ud, void *socketp)
+{
+    loop *lp = ud;
+    if (what == CURL_POLL_REMOVE) {
+        loop_unwatch(lp, s);
+        return 0;
+    }
+    short events = (what & CURL_POLL_IN ? POLLIN : 0) | (what & CURL_POLL_OUT ? POLLOUT : 0);
+    return loop_watch(lp, s, events, on_curl_ready, lp) == 0 ? 0 : -1;
+}
+
+/* curl says when to call it back whatever its sockets do (timeouts, a new transfer's start). */
+static int on_curl_timer(CURLM *multi, long timeout_ms, void *ud)
+{
+    loop *lp = ud;
+    lp->curl_due = timeout_ms < 0 ? -1 : loop_now_ms() + (double)timeout_ms;
+    return 0;
+}
+
+/* The multi handle is made with the first transfer: until then libcurl need not be loaded. */
 CURLM *loop_multi(loop *lp)
 {
-    if (lp->multi == NULL && netlib_curl_loaded())
+    if (lp->multi == NULL && netlib_curl_loaded()) {
         lp->multi = curl_multi_init();
+        if (lp->multi == NULL)
+            return NULL;
+        curl_multi_setopt(lp->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+        curl_multi_setopt(lp->multi, CURLMOPT_SOCKETDATA, lp);
+        curl_multi_setopt(lp->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+        curl_multi_setopt(lp->multi, CURLMOPT_TIMERDATA, lp);
+    }
     return lp->multi;
 }
 
@@ -260,7 +299,7 @@ static void fire_timers(loop *lp)
 
 static double next_timer_ms(loop *lp)
 {
-    double next = -1;
+    double next = lp->curl_due;
     for (size_t i = 0; i < lp->ntimers; i++)
         if (next < 0 || lp->timers[i].due < next)
             next = lp->timers[i].due;
@@ -269,16 +308,17 @@ static double next_timer_ms(loop *lp)
 
 static void run_ready_work(loop *lp)
 {
-    if (lp->multi != NULL) {
+    if (lp->curl_due >= 0 && lp->curl_due <= loop_now_ms()) {
         int running;
-        curl_multi_perform(lp->multi, &running);
-        drain_done(lp);
+        lp->curl_due = -1;
+        curl_multi_socket_action(lp->multi, CURL_SOCKET_TIMEOUT, 0, &running);
     }
+    if (lp->multi != NULL)
+        drain_done(lp);
     fire_timers(lp);
 }
 
-/* Waits on curl's sockets, the watched descriptors and the signal pipe together (before the
- * first transfer, poll() on the descriptors). */
+/* Waits on the watched descriptors (curl's sockets among them) and the signal pipe together. */
 static int wait_once(loop *lp, int timeout_ms)
 {
     size_t n = lp->nwatches + 1;
@@ -289,9 +329,7 @@ static int wait_once(loop *lp, int timeout_ms)
         lp->waitfds[k++] = (struct pollfd){lp->watches[i].fd, lp->watches[i].events, 0};
     if (host_signal_fd() >= 0)
         lp->waitfds[k++] = (struct pollfd){host_signal_fd(), POLLIN, 0};
-    if (lp->multi != NULL)
-        curl_multi_poll(lp->multi, (struct curl_waitfd *)lp->waitfds, (unsigned)k, timeout_ms, NULL);
-    else if (poll(lp->waitfds, k, timeout_ms) < 0)
+    if (poll(lp->waitfds, k, timeout_ms) < 0)
         for (size_t i = 0; i < k; i++)   /* EINTR: a signal, seen through the signal pipe */
             lp->waitfds[i].revents = 0;
     /* A callback may add or drop watches, so look each one up again before calling it. */

@@ -1,5 +1,5 @@
 /* loop.h — the host's one event loop (host/loop.c; its Lua face is host/lloop.c): curl transfers, watched file descriptors (child
- * pipes) and timers, all waited on by a single curl_multi_poll.
+ * pipes) and timers, all waited on by a single poll().
  *
  * Everything here is C-to-C: callbacks never touch Lua. A binding tells the Lua scheduler
  * (lua/rlm/async.lua) that something happened by marking an op id ready; loop.poll() hands
