@@ -1,16 +1,23 @@
 /* loop.c — the event loop (see loop.h): curl transfers, watched descriptors and timers under
- * one poll(). Its Lua face is host/lloop.c.
+ * one epoll set. Its Lua face is host/lloop.c.
  *
  * curl runs in its socket mode: it names the sockets it waits on (they join the watches) and
  * the time it wants to be called back, and each ready socket costs one curl_multi_socket_action
  * for the transfers on that socket alone. curl_multi_perform would instead look at every
  * transfer and poll each one's socket on every wake-up: 32 poll() calls per sub-call with 64 in
- * flight. */
+ * flight. The set is epoll rather than poll(), whose every wake-up looked at each of the 64
+ * sockets in flight again.
+ *
+ * A watched descriptor must be unwatched before it is closed (curl says so of its own with
+ * CURL_POLL_REMOVE): a closed one leaves the set silently, where poll() said POLLNVAL. */
+#include <errno.h>
 #include <poll.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <lauxlib.h>
 
@@ -51,10 +58,13 @@ struct loop {
     size_t ntimers, cantimers;
     lua_Integer *ready;
     size_t nready, canready;
-    struct pollfd *waitfds;
-    size_t canwaitfds;
+    int epfd;                    /* the epoll set of the watches (and the signal pipe) */
+    int signal_watched;
     lua_Integer next_id;
 };
+
+_Static_assert(POLLIN == EPOLLIN && POLLOUT == EPOLLOUT && POLLERR == EPOLLERR &&
+               POLLHUP == EPOLLHUP, "watch events pass between poll and epoll bits as they are");
 
 /* Grows *arr to hold at least need items of size sz; 0 on success. */
 static int grow(void *arr, size_t *cap, size_t need, size_t sz)
@@ -94,8 +104,10 @@ static int loop_gc(lua_State *L)
     free(lp->watches);
     free(lp->timers);
     free(lp->ready);
-    free(lp->waitfds);
+    if (lp->epfd >= 0)
+        close(lp->epfd);
     memset(lp, 0, sizeof *lp);
+    lp->epfd = -1;
     return 0;
 }
 
@@ -111,11 +123,15 @@ loop *loop_get(lua_State *L)
     memset(lp, 0, sizeof *lp);
     lp->next_id = 1;
     lp->curl_due = -1;
+    lp->epfd = -1;
     if (luaL_newmetatable(L, LOOP_META)) {
         lua_pushcfunction(L, loop_gc);
         lua_setfield(L, -2, "__gc");
     }
     lua_setmetatable(L, -2);
+    lp->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (lp->epfd < 0)
+        luaL_error(L, "cannot create the event loop: %s", strerror(errno));
     lua_setfield(L, LUA_REGISTRYINDEX, LOOP_KEY);
     return lp;
 }
@@ -200,14 +216,27 @@ void loop_remove_easy(loop *lp, CURL *easy)
     free(detach_easy(lp, easy));
 }
 
+static int epoll_set(loop *lp, int op, int fd, short events)
+{
+    struct epoll_event ev = {.events = (uint32_t)events, .data.fd = fd};
+    return epoll_ctl(lp->epfd, op, fd, &ev);
+}
+
 int loop_watch(loop *lp, int fd, short events, loop_fd_fn fn, void *ud)
 {
     for (size_t i = 0; i < lp->nwatches; i++)
         if (lp->watches[i].fd == fd) {
+            /* ENOENT: the descriptor was closed and its number reused, unwatched or not */
+            if (epoll_set(lp, EPOLL_CTL_MOD, fd, events) != 0 &&
+                (errno != ENOENT || epoll_set(lp, EPOLL_CTL_ADD, fd, events) != 0))
+                return -1;
             lp->watches[i] = (struct watch){fd, events, fn, ud};
             return 0;
         }
     if (grow(&lp->watches, &lp->canwatches, lp->nwatches + 1, sizeof *lp->watches))
+        return -1;
+    if (epoll_set(lp, EPOLL_CTL_ADD, fd, events) != 0 &&
+        (errno != EEXIST || epoll_set(lp, EPOLL_CTL_MOD, fd, events) != 0))
         return -1;
     lp->watches[lp->nwatches++] = (struct watch){fd, events, fn, ud};
     return 0;
@@ -217,6 +246,7 @@ void loop_unwatch(loop *lp, int fd)
 {
     for (size_t i = 0; i < lp->nwatches; i++)
         if (lp->watches[i].fd == fd) {
+            epoll_ctl(lp->epfd, EPOLL_CTL_DEL, fd, NULL);
             lp->watches[i] = lp->watches[--lp->nwatches];
             return;
         }
@@ -321,26 +351,20 @@ static void run_ready_work(loop *lp)
 /* Waits on the watched descriptors (curl's sockets among them) and the signal pipe together. */
 static int wait_once(loop *lp, int timeout_ms)
 {
-    size_t n = lp->nwatches + 1;
-    if (grow(&lp->waitfds, &lp->canwaitfds, n, sizeof *lp->waitfds))
-        return -1;
-    size_t k = 0;
-    for (size_t i = 0; i < lp->nwatches; i++)
-        lp->waitfds[k++] = (struct pollfd){lp->watches[i].fd, lp->watches[i].events, 0};
-    if (host_signal_fd() >= 0)
-        lp->waitfds[k++] = (struct pollfd){host_signal_fd(), POLLIN, 0};
-    if (poll(lp->waitfds, k, timeout_ms) < 0)
-        for (size_t i = 0; i < k; i++)   /* EINTR: a signal, seen through the signal pipe */
-            lp->waitfds[i].revents = 0;
+    int sfd = host_signal_fd();
+    if (sfd >= 0 && !lp->signal_watched) {
+        if (epoll_set(lp, EPOLL_CTL_ADD, sfd, POLLIN) != 0 && errno != EEXIST)
+            return -1;
+        lp->signal_watched = 1;
+    }
+    struct epoll_event ready[64];    /* more wait at the next call: the set is level-triggered */
+    int n = epoll_wait(lp->epfd, ready, 64, timeout_ms);   /* EINTR: the signal pipe tells */
     /* A callback may add or drop watches, so look each one up again before calling it. */
-    for (size_t i = 0; i < k; i++) {
-        short rev = lp->waitfds[i].revents;
-        if (rev == 0)
-            continue;
+    for (int i = 0; i < n; i++) {
         for (size_t j = 0; j < lp->nwatches; j++)
-            if (lp->watches[j].fd == lp->waitfds[i].fd) {
+            if (lp->watches[j].fd == ready[i].data.fd) {
                 struct watch w = lp->watches[j];
-                w.fn(w.ud, w.fd, rev);
+                w.fn(w.ud, w.fd, (short)ready[i].events);
                 break;
             }
     }
