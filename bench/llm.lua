@@ -74,3 +74,64 @@ for _, model in ipairs{"openai/gpt-4o", "anthropic/claude-sonnet-4-5"} do
     model, #reply // 1024, deltas, t))
 end
 sys.remove(dir, true)
+
+-- Host CPU per sub-call: 2,000 short prompts from sandbox code through llm_query_batched on a
+-- model with no latency (interpreter handler -> Run:llm_query -> llm.batch -> the C binding),
+-- beside two floors from the same run: llm.batch of the same requests without the sandbox and
+-- the run's bookkeeping, and http.request_all of as many bare POSTs to the stand-in. CPU time
+-- is the rlm process's only (the stand-in and the sandbox are other processes); each figure is
+-- the median of three runs, as the machine's other load makes single runs vary by a third.
+local http = require "rlm.http"
+local rlm = require "rlm"
+local subs, runs = 2000, 3
+
+local function per_call(fn)
+  local cpus, walls = {}, {}
+  for r = 1, runs do
+    local c0, t0 = sys.cpu_time(), sys.now()
+    fn()
+    cpus[r], walls[r] = (sys.cpu_time() - c0) / subs * 1e6, sys.now() - t0
+  end
+  table.sort(cpus)
+  table.sort(walls)
+  return cpus[(runs + 1) // 2], walls[(runs + 1) // 2]
+end
+
+local function report(what, us, wall)
+  print(("subcalls  %-50s %5.1f us host CPU per call, %.2f s wall"):format(what, us, wall))
+end
+
+local url = fast.url .. "/v1"
+local names = {"OPENAI_BASE_URL", "OPENAI_API_KEY"}
+local saved = {}
+for _, name in ipairs(names) do saved[name] = sys.getenv(name) end
+sys.setenv("OPENAI_BASE_URL", url)
+sys.setenv("OPENAI_API_KEY", KEY)
+do
+  local interp <close> = rlm.interpreter{model = "openai/gpt-4o", max_llm_calls = subs * runs + 1}
+  assert(select(2, interp:execute("r = llm_query_batched(['warm'])")).exit == 0)
+  local code = ("r = llm_query_batched(['p%%d' %% i for i in range(%d)])\n" ..
+                "print(len(r), sum(1 for x in r if x.startswith('[ERROR]')))"):format(subs)
+  local us, wall = per_call(function()
+    local run = select(2, interp:execute(code))
+    assert(run.stdout == subs .. " 0\n", run.stdout .. run.stderr)
+  end)
+  report(("%d llm_query_batched prompts from sandbox code"):format(subs), us, wall)
+end
+for _, name in ipairs(names) do sys.setenv(name, saved[name]) end
+
+local direct = requests(fast, subs)
+report(("floor: llm.batch of the %d, concurrency 64"):format(subs),
+       per_call(function() check(llm.batch(direct, {concurrency = 64})) end))
+
+local posts = {}
+local body = json.encode{model = "gpt-4o", messages = {{role = "user", content = "p"}}}
+for i = 1, subs do
+  posts[i] = {url = url .. "/chat/completions", method = "POST", body = body,
+              headers = {["content-type"] = "application/json", authorization = "Bearer " .. KEY}}
+end
+report(("floor: http.request_all of %d POSTs, concurrency 64"):format(subs), per_call(function()
+  for _, r in ipairs(http.request_all(posts, {concurrency = 64})) do
+    assert(r.status == 200, r.error)
+  end
+end))

@@ -1,10 +1,23 @@
 /* loop.c — the event loop (see loop.h): curl transfers, watched descriptors and timers under
- * one curl_multi_poll. Its Lua face is host/lloop.c. */
+ * one epoll set. Its Lua face is host/lloop.c.
+ *
+ * curl runs in its socket mode: it names the sockets it waits on (they join the watches) and
+ * the time it wants to be called back, and each ready socket costs one curl_multi_socket_action
+ * for the transfers on that socket alone. curl_multi_perform would instead look at every
+ * transfer and poll each one's socket on every wake-up: 32 poll() calls per sub-call with 64 in
+ * flight. The set is epoll rather than poll(), whose every wake-up looked at each of the 64
+ * sockets in flight again.
+ *
+ * A watched descriptor must be unwatched before it is closed (curl says so of its own with
+ * CURL_POLL_REMOVE): a closed one leaves the set silently, where poll() said POLLNVAL. */
+#include <errno.h>
 #include <poll.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <lauxlib.h>
 
@@ -36,6 +49,7 @@ struct timer {
 
 struct loop {
     CURLM *multi;
+    double curl_due;             /* when curl wants its timeout action (ms); < 0: not wanted */
     struct easy_reg **easies;
     size_t neasies, caneasies;
     struct watch *watches;
@@ -44,10 +58,13 @@ struct loop {
     size_t ntimers, cantimers;
     lua_Integer *ready;
     size_t nready, canready;
-    struct pollfd *waitfds;      /* also curl_waitfd's layout (checked below) */
-    size_t canwaitfds;
+    int epfd;                    /* the epoll set of the watches (and the signal pipe) */
+    int signal_watched;
     lua_Integer next_id;
 };
+
+_Static_assert(POLLIN == EPOLLIN && POLLOUT == EPOLLOUT && POLLERR == EPOLLERR &&
+               POLLHUP == EPOLLHUP, "watch events pass between poll and epoll bits as they are");
 
 /* Grows *arr to hold at least need items of size sz; 0 on success. */
 static int grow(void *arr, size_t *cap, size_t need, size_t sz)
@@ -72,10 +89,6 @@ double loop_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-_Static_assert(sizeof(struct pollfd) == sizeof(struct curl_waitfd) &&
-               offsetof(struct pollfd, revents) == offsetof(struct curl_waitfd, revents),
-               "curl_multi_poll takes the loop's pollfd array as it is");
-
 static int loop_gc(lua_State *L)
 {
     loop *lp = luaL_checkudata(L, 1, LOOP_META);
@@ -91,8 +104,10 @@ static int loop_gc(lua_State *L)
     free(lp->watches);
     free(lp->timers);
     free(lp->ready);
-    free(lp->waitfds);
+    if (lp->epfd >= 0)
+        close(lp->epfd);
     memset(lp, 0, sizeof *lp);
+    lp->epfd = -1;
     return 0;
 }
 
@@ -107,21 +122,61 @@ loop *loop_get(lua_State *L)
     loop *lp = lua_newuserdatauv(L, sizeof *lp, 0);
     memset(lp, 0, sizeof *lp);
     lp->next_id = 1;
+    lp->curl_due = -1;
+    lp->epfd = -1;
     if (luaL_newmetatable(L, LOOP_META)) {
         lua_pushcfunction(L, loop_gc);
         lua_setfield(L, -2, "__gc");
     }
     lua_setmetatable(L, -2);
+    lp->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (lp->epfd < 0)
+        luaL_error(L, "cannot create the event loop: %s", strerror(errno));
     lua_setfield(L, LUA_REGISTRYINDEX, LOOP_KEY);
     return lp;
 }
 
-/* The multi handle is made with the first transfer: until then libcurl need not be loaded and
- * the loop waits with poll(). */
+static void on_curl_ready(void *ud, int fd, short revents)
+{
+    loop *lp = ud;
+    /* No bits (an error or hang-up alone): curl looks at the socket itself. */
+    int bits = (revents & POLLIN ? CURL_CSELECT_IN : 0) | (revents & POLLOUT ? CURL_CSELECT_OUT : 0);
+    int running;
+    curl_multi_socket_action(lp->multi, fd, bits, &running);
+}
+
+/* curl says which of its sockets to wait on, and for what. */
+static int on_curl_socket(CURL *easy, curl_socket_t s, int what, void *ud, void *socketp)
+{
+    loop *lp = ud;
+    if (what == CURL_POLL_REMOVE) {
+        loop_unwatch(lp, s);
+        return 0;
+    }
+    short events = (what & CURL_POLL_IN ? POLLIN : 0) | (what & CURL_POLL_OUT ? POLLOUT : 0);
+    return loop_watch(lp, s, events, on_curl_ready, lp) == 0 ? 0 : -1;
+}
+
+/* curl says when to call it back whatever its sockets do (timeouts, a new transfer's start). */
+static int on_curl_timer(CURLM *multi, long timeout_ms, void *ud)
+{
+    loop *lp = ud;
+    lp->curl_due = timeout_ms < 0 ? -1 : loop_now_ms() + (double)timeout_ms;
+    return 0;
+}
+
+/* The multi handle is made with the first transfer: until then libcurl need not be loaded. */
 CURLM *loop_multi(loop *lp)
 {
-    if (lp->multi == NULL && netlib_curl_loaded())
+    if (lp->multi == NULL && netlib_curl_loaded()) {
         lp->multi = curl_multi_init();
+        if (lp->multi == NULL)
+            return NULL;
+        curl_multi_setopt(lp->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+        curl_multi_setopt(lp->multi, CURLMOPT_SOCKETDATA, lp);
+        curl_multi_setopt(lp->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+        curl_multi_setopt(lp->multi, CURLMOPT_TIMERDATA, lp);
+    }
     return lp->multi;
 }
 
@@ -161,14 +216,27 @@ void loop_remove_easy(loop *lp, CURL *easy)
     free(detach_easy(lp, easy));
 }
 
+static int epoll_set(loop *lp, int op, int fd, short events)
+{
+    struct epoll_event ev = {.events = (uint32_t)events, .data.fd = fd};
+    return epoll_ctl(lp->epfd, op, fd, &ev);
+}
+
 int loop_watch(loop *lp, int fd, short events, loop_fd_fn fn, void *ud)
 {
     for (size_t i = 0; i < lp->nwatches; i++)
         if (lp->watches[i].fd == fd) {
+            /* ENOENT: the descriptor was closed and its number reused, unwatched or not */
+            if (epoll_set(lp, EPOLL_CTL_MOD, fd, events) != 0 &&
+                (errno != ENOENT || epoll_set(lp, EPOLL_CTL_ADD, fd, events) != 0))
+                return -1;
             lp->watches[i] = (struct watch){fd, events, fn, ud};
             return 0;
         }
     if (grow(&lp->watches, &lp->canwatches, lp->nwatches + 1, sizeof *lp->watches))
+        return -1;
+    if (epoll_set(lp, EPOLL_CTL_ADD, fd, events) != 0 &&
+        (errno != EEXIST || epoll_set(lp, EPOLL_CTL_MOD, fd, events) != 0))
         return -1;
     lp->watches[lp->nwatches++] = (struct watch){fd, events, fn, ud};
     return 0;
@@ -178,6 +246,7 @@ void loop_unwatch(loop *lp, int fd)
 {
     for (size_t i = 0; i < lp->nwatches; i++)
         if (lp->watches[i].fd == fd) {
+            epoll_ctl(lp->epfd, EPOLL_CTL_DEL, fd, NULL);
             lp->watches[i] = lp->watches[--lp->nwatches];
             return;
         }
@@ -260,7 +329,7 @@ static void fire_timers(loop *lp)
 
 static double next_timer_ms(loop *lp)
 {
-    double next = -1;
+    double next = lp->curl_due;
     for (size_t i = 0; i < lp->ntimers; i++)
         if (next < 0 || lp->timers[i].due < next)
             next = lp->timers[i].due;
@@ -269,40 +338,33 @@ static double next_timer_ms(loop *lp)
 
 static void run_ready_work(loop *lp)
 {
-    if (lp->multi != NULL) {
+    if (lp->curl_due >= 0 && lp->curl_due <= loop_now_ms()) {
         int running;
-        curl_multi_perform(lp->multi, &running);
-        drain_done(lp);
+        lp->curl_due = -1;
+        curl_multi_socket_action(lp->multi, CURL_SOCKET_TIMEOUT, 0, &running);
     }
+    if (lp->multi != NULL)
+        drain_done(lp);
     fire_timers(lp);
 }
 
-/* Waits on curl's sockets, the watched descriptors and the signal pipe together (before the
- * first transfer, poll() on the descriptors). */
+/* Waits on the watched descriptors (curl's sockets among them) and the signal pipe together. */
 static int wait_once(loop *lp, int timeout_ms)
 {
-    size_t n = lp->nwatches + 1;
-    if (grow(&lp->waitfds, &lp->canwaitfds, n, sizeof *lp->waitfds))
-        return -1;
-    size_t k = 0;
-    for (size_t i = 0; i < lp->nwatches; i++)
-        lp->waitfds[k++] = (struct pollfd){lp->watches[i].fd, lp->watches[i].events, 0};
-    if (host_signal_fd() >= 0)
-        lp->waitfds[k++] = (struct pollfd){host_signal_fd(), POLLIN, 0};
-    if (lp->multi != NULL)
-        curl_multi_poll(lp->multi, (struct curl_waitfd *)lp->waitfds, (unsigned)k, timeout_ms, NULL);
-    else if (poll(lp->waitfds, k, timeout_ms) < 0)
-        for (size_t i = 0; i < k; i++)   /* EINTR: a signal, seen through the signal pipe */
-            lp->waitfds[i].revents = 0;
+    int sfd = host_signal_fd();
+    if (sfd >= 0 && !lp->signal_watched) {
+        if (epoll_set(lp, EPOLL_CTL_ADD, sfd, POLLIN) != 0 && errno != EEXIST)
+            return -1;
+        lp->signal_watched = 1;
+    }
+    struct epoll_event ready[64];    /* more wait at the next call: the set is level-triggered */
+    int n = epoll_wait(lp->epfd, ready, 64, timeout_ms);   /* EINTR: the signal pipe tells */
     /* A callback may add or drop watches, so look each one up again before calling it. */
-    for (size_t i = 0; i < k; i++) {
-        short rev = lp->waitfds[i].revents;
-        if (rev == 0)
-            continue;
+    for (int i = 0; i < n; i++) {
         for (size_t j = 0; j < lp->nwatches; j++)
-            if (lp->watches[j].fd == lp->waitfds[i].fd) {
+            if (lp->watches[j].fd == ready[i].data.fd) {
                 struct watch w = lp->watches[j];
-                w.fn(w.ud, w.fd, rev);
+                w.fn(w.ud, w.fd, (short)ready[i].events);
                 break;
             }
     }

@@ -1,5 +1,5 @@
 /* loop.h — the host's one event loop (host/loop.c; its Lua face is host/lloop.c): curl transfers, watched file descriptors (child
- * pipes) and timers, all waited on by a single curl_multi_poll.
+ * pipes) and timers, all waited on by a single epoll set.
  *
  * Everything here is C-to-C: callbacks never touch Lua. A binding tells the Lua scheduler
  * (lua/rlm/async.lua) that something happened by marking an op id ready; loop.poll() hands
@@ -24,7 +24,9 @@ int loop_add_easy(loop *lp, CURL *easy, loop_done_fn done, void *ud);
 void loop_remove_easy(loop *lp, CURL *easy);
 
 /* Descriptors: fn is called from loop_poll when fd has any of events (POLLIN/POLLOUT);
- * POLLHUP/POLLERR are always reported. Watching an fd again replaces its entry. */
+ * POLLHUP/POLLERR are always reported. Watching an fd again replaces its entry. Unwatch an fd
+ * before closing it: a closed one just stops being reported. -1 when out of memory or the
+ * kernel refuses the fd. */
 int loop_watch(loop *lp, int fd, short events, loop_fd_fn fn, void *ud);
 void loop_unwatch(loop *lp, int fd);
 

@@ -22,7 +22,8 @@
     X(curl_global_init) X(curl_easy_init) X(curl_easy_cleanup) X(curl_easy_setopt)                \
     X(curl_easy_getinfo) X(curl_easy_strerror) X(curl_slist_append) X(curl_slist_free_all)       \
     X(curl_getdate) X(curl_multi_init) X(curl_multi_cleanup) X(curl_multi_add_handle)            \
-    X(curl_multi_remove_handle) X(curl_multi_perform) X(curl_multi_poll) X(curl_multi_info_read)
+    X(curl_multi_remove_handle) X(curl_multi_setopt) X(curl_multi_socket_action)                \
+    X(curl_multi_info_read)
 #define NETLIB_MHD_FUNCTIONS(X)                                                                   \
     X(MHD_start_daemon) X(MHD_stop_daemon) X(MHD_run) X(MHD_get_timeout) X(MHD_get_daemon_info)  \
     X(MHD_get_connection_info) X(MHD_lookup_connection_value) X(MHD_queue_response)              \
@@ -48,10 +49,11 @@ int netlib_curl_loaded(void);
 /* For programs without Lua (the C tests): loads both; 0, or -1 with a message in err. */
 int netlib_load_all(char *err, size_t errlen);
 
-/* From here on the library's names call through the pointers (curl.h makes two of them
+/* From here on the library's names call through the pointers (curl.h makes three of them
  * argument-count macros; those go first). */
 #undef curl_easy_setopt
 #undef curl_easy_getinfo
+#undef curl_multi_setopt
 #define curl_global_init (*netlib.p_curl_global_init)
 #define curl_easy_init (*netlib.p_curl_easy_init)
 #define curl_easy_cleanup (*netlib.p_curl_easy_cleanup)
@@ -65,8 +67,8 @@ int netlib_load_all(char *err, size_t errlen);
 #define curl_multi_cleanup (*netlib.p_curl_multi_cleanup)
 #define curl_multi_add_handle (*netlib.p_curl_multi_add_handle)
 #define curl_multi_remove_handle (*netlib.p_curl_multi_remove_handle)
-#define curl_multi_perform (*netlib.p_curl_multi_perform)
-#define curl_multi_poll (*netlib.p_curl_multi_poll)
+#define curl_multi_setopt (*netlib.p_curl_multi_setopt)
+#define curl_multi_socket_action (*netlib.p_curl_multi_socket_action)
 #define curl_multi_info_read (*netlib.p_curl_multi_info_read)
 #define MHD_start_daemon (*netlib.p_MHD_start_daemon)
 #define MHD_stop_daemon (*netlib.p_MHD_stop_daemon)

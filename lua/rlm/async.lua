@@ -165,21 +165,28 @@ function Task:result()
   return true, table.unpack(self.results, 1, self.results.n)
 end
 
---- A counting semaphore for concurrency caps.
+--- A counting semaphore for concurrency caps. Waiters queue with a head index, as `runnable`
+-- does: a release costs the same however many wait (2,000 sub-calls behind a cap of 64).
 function M.semaphore(n)
-  local s = {free = n, queue = {}}
+  local s = {free = n, queue = {}, first = 1, last = 0}
   function s.acquire()
     if s.free > 0 then
       s.free = s.free - 1
       return
     end
     local id = loop.new_id()
-    s.queue[#s.queue + 1] = id
+    s.last = s.last + 1
+    s.queue[s.last] = id
     M.await(id)
   end
   function s.release()
-    local id = table.remove(s.queue, 1)
-    if id then loop.ready(id) else s.free = s.free + 1 end
+    if s.first > s.last then
+      s.free = s.free + 1
+      return
+    end
+    local id = s.queue[s.first]
+    s.queue[s.first], s.first = nil, s.first + 1
+    loop.ready(id)
   end
   return s
 end

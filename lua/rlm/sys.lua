@@ -2,6 +2,7 @@
 -- rlm.async so they never block other tasks.
 --
 --   sys.now(), sys.time(), sys.sleep(s), sys.getenv(n), sys.setenv(n, v), sys.environ()
+--   sys.cpu_time() -> seconds of CPU this process has used (all threads), for benchmarks
 --   sys.read_file(p), sys.write_file(p, data[, mode])  (atomic: temp file + rename)
 --   sys.mkdir_p(p), sys.list_dir(p), sys.stat(p), sys.remove(p[, recursive]), sys.mkdtemp()
 --   sys.spawn{argv=, env=, cwd=, stdin=, stdout=, stderr=} -> process

@@ -35,6 +35,17 @@ tests["clock, env and files"] = function()
   T.eq(sys.stat(dir .. "/a"), nil)
 end
 
+tests["cpu_time grows with work, not with sleep"] = function()
+  local c0 = sys.cpu_time()
+  local x = 0
+  for i = 1, 3e6 do x = x + i % 7 end
+  local c1 = sys.cpu_time()
+  T.truthy(c1 - c0 > 0.001, "busy work used " .. (c1 - c0) .. " s of CPU")
+  sys.sleep(0.2)
+  local c2 = sys.cpu_time()
+  T.truthy(c2 - c1 < 0.05, "a 0.2 s sleep used " .. (c2 - c1) .. " s of CPU")
+end
+
 tests["spawn with pipes, stdin, exit codes"] = function()
   local r = assert(sys.run({"/bin/sh", "-c", "cat; echo err >&2; exit 3"}, {input = "in\n"}))
   T.eq(r.stdout, "in\n")
