@@ -10,14 +10,18 @@ local function percentile(xs, p)
 end
 
 -- The floors, under the very same sandbox (bwrap command line, limits, seccomp, uid): a bare
--- Python that prints one line (the start), and a minimal persistent driver that runs each
--- request's code and answers one line (the round trip).
+-- Python that prints one line (the start), and a minimal persistent driver (the round trip):
+-- it does the least a driver must, running each request's code with its stdout captured and
+-- answering one JSON line with that output, and nothing else (no stderr, errors, timer,
+-- variables or limits).
 local MINIMAL_DRIVER = [[
-import json, os
+import io, json, os, sys
 ns = {}
 for line in os.fdopen(0, "rb"):
+    sys.stdout = out = io.StringIO()
     exec(json.loads(line)["code"], ns)
-    os.write(1, b'{"ev":"done"}\n')
+    sys.stdout = sys.__stdout__
+    os.write(1, (json.dumps({"ev": "done", "stdout": out.getvalue()}) + "\n").encode())
 ]]
 
 local function floor_process(sb, code)

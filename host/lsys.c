@@ -19,7 +19,7 @@
  *   max_stderr = N      only the last N bytes of stderr are kept
  *   pipe_size = N       asks for stdin and stdout pipes of N bytes (fewer wake-ups for big
  *                       transfers; the kernel may give less)
- * p:write(s) holds s by reference until written, never copying it; p:expect(n) then
+ * p:write(s, ...) holds the strings by reference until written, never copying them; p:expect(n) then
  * p:payload() take n raw bytes of stdout as one string, read in place (adopt.h). */
 #include <dirent.h>
 #include <grp.h>
@@ -446,7 +446,8 @@ struct process {
     size_t out_start;            /* stdout bytes before this offset were taken by p:line() */
     size_t out_scanned;          /* ... and before this one hold no newline: never searched twice */
     size_t max_line, max_stderr; /* 0: unbounded */
-    int paused, overflowed;      /* stdout not watched: a line waits, or one was too long */
+    int paused, overflowed;      /* stdout not read: a line waits, or one was too long */
+    int unwatched;               /* paused, and stdout taken off the loop (see pause_stdout) */
     int eof[2], exited, wstatus;
     lua_Integer id;
 };
@@ -467,12 +468,21 @@ static void close_fd(struct process *p, int *fd)
 
 static void on_output(void *ud, int fd, short revents);
 
-/* Stops reading stdout; the child blocks once the pipe is full. */
+/* Stops reading stdout; the child blocks once the pipe is full. The descriptor stays on the
+ * loop until it has something to read while paused (on_output takes it off then): a driver
+ * that answers one line per request never sends more meanwhile, and each round trip is spared
+ * two epoll_ctl calls. */
 static void pause_stdout(struct process *p)
 {
-    if (!p->paused && p->fds[OUT] >= 0)
-        loop_unwatch(p->lp, p->fds[OUT]);
     p->paused = 1;
+}
+
+/* Watches stdout again if a pause took it off the loop. */
+static void rewatch_stdout(struct process *p)
+{
+    if (p->unwatched && p->fds[OUT] >= 0)
+        loop_watch(p->lp, p->fds[OUT], POLLIN, on_output, p);
+    p->unwatched = 0;
 }
 
 /* The first newline in stdout's untaken bytes, or NULL. The bytes searched in vain are not
@@ -495,8 +505,7 @@ static void resume_stdout(struct process *p)
     if (next_newline(p))
         return;
     p->paused = 0;
-    if (p->fds[OUT] >= 0)
-        loop_watch(p->lp, p->fds[OUT], POLLIN, on_output, p);
+    rewatch_stdout(p);
 }
 
 /* After new stdout bytes: pause when a line is complete or the line is over max_line. */
@@ -549,6 +558,11 @@ static void on_output(void *ud, int fd, short revents)
     int which = (fd == p->fds[OUT]) ? OUT : ERR;
     if (which == OUT && p->payload && p->payload_got < p->payload_len) {
         read_payload(p, fd);
+        return;
+    }
+    if (which == OUT && p->paused) {
+        loop_unwatch(p->lp, fd);
+        p->unwatched = 1;
         return;
     }
     char chunk[65536];
@@ -1123,35 +1137,46 @@ static int p_pid(lua_State *L)
     return 1;
 }
 
+/* Queues s, held by reference in the uservalue table; -1 when out of memory. */
+static int queue_input(lua_State *L, struct process *p, int arg)
+{
+    size_t len;
+    const char *data = lua_tolstring(L, arg, &len);
+    if (len == 0)
+        return 0;
+    if (p->count == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 8;
+        struct piece *pieces = realloc(p->pieces, cap * sizeof *pieces);
+        if (pieces == NULL)
+            return -1;
+        p->pieces = pieces;
+        p->cap = cap;
+    }
+    lua_getiuservalue(L, 1, 1);
+    lua_pushvalue(L, arg);
+    lua_rawseti(L, -2, p->next_seq);
+    lua_pop(L, 1);
+    p->pieces[p->count++] = (struct piece){data, len, p->next_seq++};
+    p->pending += len;
+    return 0;
+}
+
+/* p:write(s, ...): the strings in order, as few system calls as the pipe allows. */
 static int p_write(lua_State *L)
 {
     struct process *p = check_process(L, 1);
-    size_t len;
-    const char *data = luaL_checklstring(L, 2, &len);
+    int n = lua_gettop(L);
+    for (int i = 2; i <= n; i++)
+        luaL_checkstring(L, i);
     release_written(L, p);
     if (p->in_fd < 0) {
         luaL_pushfail(L);
         lua_pushliteral(L, "the process's stdin is closed");
         return 2;
     }
-    if (len == 0) {
-        lua_pushboolean(L, 1);
-        return 1;
-    }
-    if (p->count == p->cap) {
-        size_t cap = p->cap ? 2 * p->cap : 8;
-        struct piece *pieces = realloc(p->pieces, cap * sizeof *pieces);
-        if (pieces == NULL)
+    for (int i = 2; i <= n; i++)
+        if (queue_input(L, p, i) != 0)
             return luaL_error(L, "out of memory");
-        p->pieces = pieces;
-        p->cap = cap;
-    }
-    lua_getiuservalue(L, 1, 1);
-    lua_pushvalue(L, 2);
-    lua_rawseti(L, -2, p->next_seq);
-    lua_pop(L, 1);
-    p->pieces[p->count++] = (struct piece){data, len, p->next_seq++};
-    p->pending += len;
     flush_input(p);
     lua_pushboolean(L, 1);
     return 1;
@@ -1248,9 +1273,8 @@ static int p_expect(lua_State *L)
     p->payload_len = (size_t)n;
     p->payload_got = take;
     p->overflowed = 0;       /* what looked like an overlong line was this payload */
-    if (p->paused && p->fds[OUT] >= 0)
-        loop_watch(p->lp, p->fds[OUT], POLLIN, on_output, p);
     p->paused = 0;
+    rewatch_stdout(p);
     return 0;
 }
 

@@ -175,4 +175,28 @@ for _ in range(1024):
   p:close()
 end
 
+-- A waiting line pauses the reading (the child blocks on a full pipe), however many lines
+-- follow; a payload after a line is read whole, newlines and all, then lines go on.
+tests["lines pause the reading; a payload after a line comes whole; write takes many strings"] = function()
+  local status = function() return tonumber(assert(sys.read_file("/proc/self/status")):match("VmRSS:%s*(%d+)")) end
+  local p = assert(sys.spawn{argv = {"/usr/bin/python3", "-c", [[
+import os, sys
+head = sys.stdin.buffer.readline()
+body = sys.stdin.buffer.read(int(head))
+os.write(1, b"%d\n" % len(body) + body + b"after\n")
+line = b"y" * 1023 + b"\n"
+for _ in range(64 * 1024):
+    os.write(1, line)]]}, max_line = 1 << 20})
+  local body = ("a\nb\0c"):rep(100000)
+  assert(p:write(tostring(#body), "\n", body))
+  local rss0 = status()
+  T.eq(sys.read_line(p, 10), tostring(#body))
+  T.truthy(sys.read_payload(p, #body, 10) == body, "the payload came back changed")
+  T.eq(sys.read_line(p, 10), "after")
+  T.eq(#sys.read_line(p, 10), 1023)
+  sys.sleep(0.3)   -- 64 MiB of lines wait in the child, not in rlm
+  T.truthy(status() - rss0 < 16 * 1024, ("rlm grew by %d KiB"):format(status() - rss0))
+  p:close()
+end
+
 return tests

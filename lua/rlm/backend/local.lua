@@ -484,9 +484,8 @@ end
 function Sandbox:request(req, timeout, payloads)
   if not self.proc then return nil, "the sandbox's driver is not running", "dead" end
   if req then
-    local ok = self.proc:write(type(req) == "string" and req or json.encode(req))
-               and self.proc:write("\n")
-    for _, data in ipairs(payloads or {}) do ok = ok and self.proc:write(data) end
+    local ok = self.proc:write(type(req) == "string" and req or json.encode(req), "\n",
+                               table.unpack(payloads or {}))
     if not ok then return nil, self:died_message(), "dead" end
   end
   local line, why, kind = self:watched_line(timeout)
