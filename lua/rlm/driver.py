@@ -159,19 +159,21 @@ def c_codec():
     encode_value = lambda value: "".join(encoder(json_default, {}, False)(value, 0))
     if events({"a": [1, 2.5, "\u00e9"]}, 0) != ['{"a":[1,2.5,"\\u00e9"]}'] or loads(' [1] ') != [1]:
         raise ImportError("the json accelerator works differently here")
-    return loads, lambda value: "".join(events(value, 0)), encode_value
+    return loads, lambda value: "".join(events(value, 0)), encode_value, encode_basestring_ascii
 
 
 def package_codec():
     import json
+    from json.encoder import encode_basestring_ascii
     return (json.loads, json.JSONEncoder(separators=(",", ":")).encode,
-            json.JSONEncoder(separators=(",", ":"), default=json_default, allow_nan=False).encode)
+            json.JSONEncoder(separators=(",", ":"), default=json_default, allow_nan=False).encode,
+            encode_basestring_ascii)
 
 
 try:
-    loads, encode, encode_value = c_codec()
+    loads, encode, encode_value, escape = c_codec()
 except (ImportError, TypeError):
-    loads, encode, encode_value = package_codec()
+    loads, encode, encode_value, escape = package_codec()
 
 
 # An int of more digits than a double can hold (the host reads JSON numbers as doubles or
@@ -388,6 +390,11 @@ class Capture:
 # ---------------------------------------------------------------------------------------------
 # Variables summary
 
+# Types whose values have no length and a short repr (an int's may fail past 4,300 digits:
+# preview() catches that).
+SCALARS = frozenset((int, float, bool, type(None)))
+
+
 def size_of(value):
     if not hasattr(type(value), "__len__"):
         return None
@@ -434,6 +441,13 @@ def preview(value):
     except Exception as e:
         text = f"<{type(value).__name__}: repr failed with {type(e).__name__}>"
     return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS - 3] + "..."
+
+
+def rows_json(rows):
+    """The variables rows as JSON, by format: twice as fast as the encoder's walk of 50 dicts."""
+    return "[" + ",".join('{"name":%s,"type":%s,"size":%s,"preview":%s}' % (
+        escape(r["name"]), escape(r["type"]), "null" if r["size"] is None else r["size"],
+        escape(r["preview"])) for r in rows) + "]"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -664,9 +678,9 @@ class Session:
         done = encode({
             "ev": "done", "id": self.request_id, "stdout": stdout, "stderr": stderr,
             "stdout_chars": stdout_chars, "stderr_chars": stderr_chars, "error": error,
-            "traceback": traceback_text, "variables": rows, "variables_more": more,
-            "duration": duration,
-            "timed_out": error is not None and self.timed_out})
+            "traceback": traceback_text, "variables_more": more, "duration": duration,
+            "timed_out": error is not None and self.timed_out})[:-1] + ',"variables":' + \
+            rows_json(rows) + "}"
         if self.reserve is None:
             try:
                 self.reserve = bytes(RESERVE_BYTES)
@@ -750,10 +764,15 @@ class Session:
             if limit is not None and len(rows) == limit:
                 break
             seen += 1
-            if name[:2] == "__" == name[-2:] or isinstance(value, ModuleType):
+            if name[:2] == "__" == name[-2:]:
                 continue
-            rows.append({"name": name, "type": type(value).__name__, "size": size_of(value),
-                         "preview": preview(value)})
+            kind = type(value)
+            if kind in SCALARS:   # the common case, without the general walk
+                rows.append({"name": name, "type": kind.__name__, "size": None,
+                             "preview": preview(value) if kind is int else repr(value)})
+            elif not isinstance(value, ModuleType):
+                rows.append({"name": name, "type": kind.__name__, "size": size_of(value),
+                             "preview": preview(value)})
         return rows, len(self.ns) - seen
 
     def check_submit(self, fields):

@@ -30,9 +30,9 @@ def read_line(stream, timeout=WAIT):
 class Driver:
     """A driver over stdio, as the local backend runs it."""
 
-    def __init__(self):
+    def __init__(self, prelude=""):
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen([PYTHON, "-u", "-c", SOURCE, "--stdio"],
+        self.proc = subprocess.Popen([PYTHON, "-u", "-c", prelude + SOURCE, "--stdio"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, bufsize=0)
         self.ready = json.loads(read_line(self.proc.stdout))
@@ -524,6 +524,49 @@ class TestBuffersAndReset(DriverTest):
         ev = self.run_ok("import pickle\nclass P:\n    def __init__(self):\n        self.v = 3\n"
                          "print(pickle.loads(pickle.dumps(P())).v)")
         self.assertEqual(ev["stdout"], "3\n")
+
+
+class TestPayloads(DriverTest):
+    """Raw bytes after a line (the local backend's way for long strings)."""
+
+    def test_payload_variables_and_submitted_payloads(self):
+        data = b"line\n\x00\xff\xe2\x82 \xc3\xa9" * 1000
+        self.d.next_id += 1
+        self.d.proc.stdin.write((json.dumps({
+            "op": "execute", "id": self.d.next_id, "variables": {"n": 3}, "payload_min": 100,
+            "payloads": [{"name": "v", "bytes": len(data)}, {"name": "w", "bytes": 2}],
+            "code": "SUBMIT(back=v, short=w * n, count=len(v))"}) + "\n").encode() + data + b"ab")
+        ev = self.d.event()
+        self.assertIsNone(ev["error"], ev["traceback"])
+        self.assertEqual(ev["submitted"], {"short": "ababab", "count": len(data) - 1000})
+        self.assertEqual(ev["payloads"], [{"name": "back", "bytes": len(data)}])
+        self.assertEqual(self.d.proc.stdout.read(len(data)), data)
+        self.assertEqual(self.run_ok("print(len(v))")["stdout"], f"{len(data) - 1000}\n")
+
+    def test_no_payloads_without_payload_min(self):
+        ev = self.run_ok("SUBMIT(s='x' * 100000)")
+        self.assertNotIn("payloads", ev)
+        self.assertEqual(len(ev["submitted"]["s"]), 100000)
+
+    def test_a_malformed_announcement_is_an_error_and_the_driver_goes_on(self):
+        ev = self.d.request({"op": "execute", "id": 1, "code": "1", "payloads": [{"name": 5}]})
+        self.assertEqual(ev["ev"], "error")
+        self.assertEqual(self.run_ok("1 + 1")["stdout"], "2\n")
+
+
+class TestJsonPackageFallback(DriverTest):
+    """Where the _json accelerator is missing (or differs), the json package serves."""
+
+    def setUp(self):
+        self.d = Driver(prelude="import sys\nsys.modules['_json'] = None\n")
+        self.addCleanup(self.d.close)
+
+    def test_requests_events_and_values(self):
+        ev = self.run_ok("SUBMIT(x=[1, 2.5, 'é', None, {'a': True}], big=2**62)", variables={"y": 1})
+        self.assertEqual(ev["submitted"], {"x": [1, 2.5, "é", None, {"a": True}], "big": 2 ** 62})
+        self.d.proc.stdin.write(b"{not json\n")
+        self.assertEqual(self.d.event()["ev"], "error")
+        self.assertEqual(self.run_ok("print(y)")["stdout"], "1\n")
 
 
 class TestSocketTransport(unittest.TestCase):
