@@ -1,8 +1,9 @@
 # rlm — build, test, bench.  `make run` and `make test` are the two commands the README promises.
 PREFIX  ?= /usr/local
-# libseccomp builds the local sandbox's system-call filter (host/lsandbox.c): its BPF compiler
-# handles every architecture and ABI correctly, which a hand-written filter easily gets wrong.
-PKGS    := lua5.4 lua5.4-cjson libcurl libmicrohttpd libseccomp
+# libseccomp builds the local sandbox's system-call filter when rlm is built (host/seccomp.c,
+# build/seccomp_gen): its BPF compiler handles every architecture and ABI correctly, which a
+# hand-written filter easily gets wrong. rlm itself carries the finished program.
+PKGS    := lua5.4 lua5.4-cjson libcurl libmicrohttpd
 # Recursive (=) so pkg-config runs when a recipe needs it, after `deps` has installed the packages.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 # libcurl and libmicrohttpd are not linked into rlm: host/netlib.c opens them on first use, so a
@@ -14,8 +15,8 @@ CFLAGS  ?= -O2 -g
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Ihost -Ibuild $(PKG_CFLAGS) $(CFLAGS)
 LIBS       = $(PKG_LIBS) -lm
 
-HOST_SRC := $(filter-out host/main.c host/bin2c.c,$(wildcard host/*.c))
-HOST_OBJ := $(HOST_SRC:host/%.c=build/%.o)
+HOST_SRC := $(filter-out host/main.c host/bin2c.c host/seccomp.c,$(wildcard host/*.c))
+HOST_OBJ := $(HOST_SRC:host/%.c=build/%.o) build/seccomp_bpf.o
 # The Lua bindings, one host/l<name>.c each, registered as rlm.core.<name>. Listed by hand: a
 # plain C file whose name happens to start with "l" (loop.c) is not a binding.
 BINDINGS := daytona host http httpd json llm loop sandbox stdio sys
@@ -36,6 +37,15 @@ build/.dir:
 # bin2c compiles the lua/ modules with the liblua rlm links, so the bytecode always matches.
 build/bin2c: host/bin2c.c | build/.dir
 	$(CC) -O2 $(shell pkg-config --cflags lua5.4) -o $@ $< $(shell pkg-config --libs lua5.4)
+
+build/seccomp_gen: host/seccomp.c | build/.dir
+	$(CC) -O2 -D_GNU_SOURCE -Wall -Wextra -o $@ $< $(shell pkg-config --cflags --libs libseccomp)
+
+build/seccomp_bpf.c: build/seccomp_gen
+	build/seccomp_gen > $@.tmp && mv $@.tmp $@
+
+build/seccomp_bpf.o: build/seccomp_bpf.c host/seccomp.h
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 build/embedded.c: build/bin2c $(EMBED) | build/.dir
 	build/bin2c $(EMBED) > $@

@@ -16,11 +16,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -28,9 +26,9 @@
 #include <unistd.h>
 
 #include <lauxlib.h>
-#include <seccomp.h>
 
 #include "buf.h"
+#include "seccomp.h"
 
 /* Deeper trees are not listed or measured further: each level holds a descriptor open. */
 #define MAX_DEPTH 128
@@ -48,103 +46,11 @@ static int fail(lua_State *L, const char *what, int e)
 
 /* ---------- seccomp ---------- */
 
-/* What a Python sandbox never needs and an attacker would reach for: namespaces and mounts
- * (a way back to capabilities), kernel interfaces with a history of exploits (bpf, io_uring,
- * keyctl, perf_event_open, userfaultfd), other processes' memory, the machine's own state
- * (modules, kexec, clocks, swap, reboot, accounting, quotas), and memfd_create (anonymous files
- * that no size limit of the sandbox counts). They fail with EPERM. */
-static const int denied_calls[] = {
-    SCMP_SYS(unshare), SCMP_SYS(setns), SCMP_SYS(mount), SCMP_SYS(umount2), SCMP_SYS(pivot_root),
-    SCMP_SYS(chroot), SCMP_SYS(move_mount), SCMP_SYS(open_tree), SCMP_SYS(fsopen),
-    SCMP_SYS(fsconfig), SCMP_SYS(fsmount), SCMP_SYS(fspick), SCMP_SYS(mount_setattr),
-    SCMP_SYS(bpf), SCMP_SYS(io_uring_setup), SCMP_SYS(io_uring_enter), SCMP_SYS(io_uring_register),
-    SCMP_SYS(keyctl), SCMP_SYS(add_key), SCMP_SYS(request_key), SCMP_SYS(perf_event_open),
-    SCMP_SYS(userfaultfd), SCMP_SYS(ptrace), SCMP_SYS(process_vm_readv),
-    SCMP_SYS(process_vm_writev), SCMP_SYS(kcmp), SCMP_SYS(pidfd_getfd), SCMP_SYS(kexec_load),
-    SCMP_SYS(kexec_file_load), SCMP_SYS(init_module), SCMP_SYS(finit_module),
-    SCMP_SYS(delete_module), SCMP_SYS(swapon), SCMP_SYS(swapoff), SCMP_SYS(reboot),
-    SCMP_SYS(settimeofday), SCMP_SYS(clock_settime), SCMP_SYS(clock_adjtime), SCMP_SYS(adjtimex),
-    SCMP_SYS(acct), SCMP_SYS(quotactl), SCMP_SYS(syslog), SCMP_SYS(lookup_dcookie),
-    SCMP_SYS(vhangup), SCMP_SYS(iopl), SCMP_SYS(ioperm), SCMP_SYS(name_to_handle_at),
-    SCMP_SYS(open_by_handle_at), SCMP_SYS(fanotify_init), SCMP_SYS(memfd_create),
-};
-
-/* clone's flags are its first argument: each namespace flag refuses the call. */
-static const unsigned long namespace_flags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,
-                                                CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
-                                                CLONE_NEWCGROUP, 0x80 /* CLONE_NEWTIME */};
-
-/* Injecting input into the controlling terminal, or reaching the console through it. */
-static const unsigned long terminal_ioctls[] = {TIOCSTI, TIOCLINUX};
-
-static int add_rules(scmp_filter_ctx ctx)
-{
-    int r = 0;
-    for (size_t i = 0; r == 0 && i < sizeof denied_calls / sizeof *denied_calls; i++)
-        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), denied_calls[i], 0);
-    for (size_t i = 0; r == 0 && i < sizeof namespace_flags / sizeof *namespace_flags; i++)
-        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
-                             SCMP_A0(SCMP_CMP_MASKED_EQ, namespace_flags[i], namespace_flags[i]));
-    /* clone3 passes its flags in memory, where a filter cannot look: ENOSYS makes glibc and
-     * Python fall back to clone, which is checked above. */
-    if (r == 0)
-        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
-    for (size_t i = 0; r == 0 && i < sizeof terminal_ioctls / sizeof *terminal_ioctls; i++)
-        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
-                             SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, terminal_ioctls[i]));
-    return r;
-}
-
-/* The program as bytes: exported into a memfd and read back (libseccomp writes to an fd). */
-static int export_program(scmp_filter_ctx ctx, struct buf *out)
-{
-    int fd = memfd_create("rlm-seccomp", MFD_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    int r = seccomp_export_bpf(ctx, fd);
-    off_t size = lseek(fd, 0, SEEK_CUR);
-    if (r == 0 && size > 0 && buf_add(out, NULL, 0) == 0) {
-        char chunk[4096];
-        ssize_t n;
-        off_t at = 0;
-        while ((n = pread(fd, chunk, sizeof chunk, at)) > 0 && buf_add(out, chunk, (size_t)n) == 0)
-            at += n;
-        r = at == size ? 0 : -EIO;
-    } else if (r == 0) {
-        r = -EIO;
-    }
-    close(fd);
-    return r;
-}
-
+/* The program is built from the rules in host/seccomp.c when rlm is built (build/seccomp_gen):
+ * building it at run time cost every process that starts a sandbox 0.7 ms. */
 static int l_seccomp_filter(lua_State *L)
 {
-    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-    if (ctx == NULL)
-        return luaL_error(L, "seccomp: cannot create a filter (out of memory)");
-    /* On x86-64 the 32-bit ABIs are other doors to the same kernel: the same rules go there. */
-    int r = 0;
-    if (seccomp_arch_native() == SCMP_ARCH_X86_64) {
-        r = seccomp_arch_add(ctx, SCMP_ARCH_X86);
-        if (r == 0)
-            r = seccomp_arch_add(ctx, SCMP_ARCH_X32);
-    }
-    /* A binary tree of the rules rather than a chain: every system call the code makes runs
-     * the filter, so its depth is what the sandbox pays. */
-    if (r == 0)
-        r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
-    struct buf program = {0};
-    if (r == 0)
-        r = add_rules(ctx);
-    if (r == 0)
-        r = export_program(ctx, &program);
-    seccomp_release(ctx);
-    if (r != 0) {
-        buf_free(&program);
-        return luaL_error(L, "seccomp: cannot build the sandbox's filter: %s", strerror(-r));
-    }
-    lua_pushlstring(L, program.data, program.len);
-    buf_free(&program);
+    lua_pushlstring(L, (const char *)seccomp_bpf, seccomp_bpf_len);
     return 1;
 }
 
