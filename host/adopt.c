@@ -65,18 +65,22 @@ void adopt_free(char *data)
         free(data - header);
 }
 
+/* The offer is made here, right before the push: a finaliser run by a GC step on the way in
+ * (growing the stack for this call) must not take it for a string of its own. */
 static int push_bytes(lua_State *L)
 {
-    lua_pushlstring(L, lua_touserdata(L, 1), (size_t)lua_tointeger(L, 2));
+    char *data = lua_touserdata(L, 1);
+    size_t len = (size_t)lua_tointeger(L, 2);
+    if (adopting && len >= ADOPT_MIN) {
+        offer = data - header;
+        offer_size = header + len + 1;
+    }
+    lua_pushlstring(L, data, len);
     return 1;
 }
 
 void adopt_push(lua_State *L, char *data, size_t len)
 {
-    if (adopting && len >= ADOPT_MIN) {
-        offer = data - header;
-        offer_size = header + len + 1;
-    }
     /* Protected, so that a copy that runs out of memory still frees the buffer. */
     lua_pushcfunction(L, push_bytes);
     lua_pushlightuserdata(L, data);

@@ -443,10 +443,14 @@ static void add_usage(struct walk *w, int dirfd, const char *name, const char *p
     w->bytes += (long long)st->st_blocks * 512;
 }
 
-/* The entry itself, never what a link points at (chown -R --no-dereference). */
+/* The entry itself, never what a link points at (chown -R --no-dereference); never a file
+ * with other hard links, whose inode is shared with a place outside the tree (a repository
+ * cloned with git's hard links into .git/objects): it stays the host's, readable as it was. */
 static void give_entry(struct walk *w, int dirfd, const char *name, const char *path,
                        const struct stat *st)
 {
+    if (!S_ISDIR(st->st_mode) && st->st_nlink > 1)
+        return;
     if (fchownat(dirfd, name, w->uid, w->gid, AT_SYMLINK_NOFOLLOW) != 0 && w->err == 0)
         w->err = errno;
 }

@@ -709,12 +709,13 @@ class Session:
 
     def run(self, code, filename, timeout):
         body, last = compile_cell(code, filename)
-        self.timed_out = self.late_alarm = False
+        self.timed_out = False
         if _signal.getsignal(_signal.SIGALRM) is not self.alarm_handler:
             _signal.signal(_signal.SIGALRM, self.alarm_handler)  # user code had taken it over
-        # One timer call a block: the timer is armed here and left to run out after it (firing
-        # then only notes a late alarm); a block without a timeout stops an earlier one. Armed
-        # before the code counts as running, so an earlier timer cannot fire into this block.
+        # One timer call a block: the timer is armed here and left to run out after it (our
+        # handler then only notes a late alarm, put back below if the code replaced it); a
+        # block without a timeout stops an earlier one. A late alarm noted before the arming
+        # belongs to an earlier block and is forgotten after it.
         if timeout:
             self.timeout = timeout
             _signal.setitimer(_signal.ITIMER_REAL, timeout)
@@ -722,6 +723,7 @@ class Session:
         elif self.timer_armed:
             _signal.setitimer(_signal.ITIMER_REAL, 0)
             self.timer_armed = False
+        self.late_alarm = False
         self.in_protocol = False
         try:
             exec(body, self.ns)
@@ -731,6 +733,8 @@ class Session:
                     print(repr(value))
         finally:
             self.in_protocol = True
+            if _signal.getsignal(_signal.SIGALRM) is not self.alarm_handler:
+                _signal.signal(_signal.SIGALRM, self.alarm_handler)
 
     def restore_streams(self):
         """Flushes the user's streams and puts back ours, in case the code replaced them."""

@@ -535,4 +535,137 @@ print(json.dumps(res))]]):format(port, port, T.rlm))
   T.eq(r.keys, {}, "keys inside")
 end
 
+-- Attacks on the raw payloads, the timer, the bytecode cache and staging (a review) ---------
+
+-- Byte counts that sum past 2^64 would wrap to a small total in Lua's integers: each is checked
+-- against what is left of limits.submit, so the host reads none of them (the first is 8 MB,
+-- eight times the limit) and execute gives a SandboxError, never a raised "out of memory".
+tests["payload sizes that wrap around are a protocol fault, not past limits.submit"] = function()
+  local i = interp{limits = {submit = "1M"}}
+  local big = 8000000
+  local line = json.encode{ev = "done", id = 1, stdout = "", stderr = "", submitted = {}}
+  line = line:sub(1, -2) .. (',"payloads":[{"name":"a","bytes":%d},{"name":"b","bytes":%s},' ..
+    '{"name":"c","bytes":%d}]}'):format(big, "9223372036854775807",
+    math.maxinteger - big + 2)                     -- 2^63 + 1 - big: the three sum to 2^64
+  -- Writes the line, then the 8 MB of payload a, on every pipe the driver writes.
+  local code = WRITABLE_PIPES .. ([[
+line = %q.encode() + b"\n"
+body = b"x" * %d
+for fd in writable_pipes():
+    os.write(fd, line)
+    os.write(fd, body)
+os._exit(0)
+]]):format(line, big)
+  local ok, out, run = pcall(i.execute, i, code)
+  T.truthy(ok, "execute raised: " .. tostring(out))
+  T.truthy(run.error and run.error:match("^SandboxError"), tostring(run.error))
+end
+
+-- Payloads that come one byte at a time, each just in time for a timeout of its own, must not
+-- keep the host waiting past execute_timeout (or max_time): the event and its payloads share
+-- one deadline.
+tests["a drip-fed payload announcement cannot outlast execute_timeout"] = function()
+  local i = interp{execute_timeout = 1}
+  local n = 8
+  local payloads = {}
+  for k = 1, n do payloads[k] = ('{"name":"p%d","bytes":1}'):format(k) end
+  local line = '{"ev":"done","id":1,"stdout":"","stderr":"","submitted":{},"payloads":[' ..
+               table.concat(payloads, ",") .. ']}'
+  local code = WRITABLE_PIPES .. ([[
+import signal, time
+signal.signal(signal.SIGALRM, signal.SIG_IGN)   # the driver's own timer no longer stops this
+fds = list(writable_pipes())
+for fd in fds:
+    os.write(fd, %q.encode() + b"\n")
+for _ in range(%d):
+    time.sleep(0.9)
+    for fd in fds:
+        os.write(fd, b"x")
+os._exit(0)
+]]):format(line, n)
+  local t0 = sys.now()
+  local _, run = i:execute(code)
+  local took = sys.now() - t0
+  T.truthy(took < 4, ("a 1 s execute took %.1f s (error: %s)"):format(took, tostring(run.error)))
+end
+
+-- The driver leaves a block's timer to run out after the block: it must fire into the driver's
+-- own handler, not into one the block left (here one raising, a common pattern for a timeout
+-- of one's own), which would kill the driver between blocks and lose the state.
+tests["a block's timer does not fire after the block"] = function()
+  local i = interp{}
+  local _, run = i:execute([[
+import signal
+def mine(*args):
+    raise TimeoutError("my own timeout")
+signal.signal(signal.SIGALRM, mine)
+x = 42
+]], nil, {timeout = 0.5})
+  T.eq(run.error, nil)
+  async.sleep(1.0)
+  local out, run2 = i:execute("SUBMIT(answer=x)")
+  T.eq(run2.state_lost, false, "state lost: " .. tostring(run2.error))
+  T.eq(out and out.answer, 42)
+end
+
+-- The driver's bytecode is checked by an FNV hash that anyone can compute: whoever could write
+-- the cache folder would run code as the driver of every later sandbox (and see every variable
+-- and prompt). A folder others may write (XDG_CACHE_HOME on a shared /tmp, a user's home under
+-- sudo -E) is not used: the source is.
+tests["a driver cache folder others can write is not trusted"] = function()
+  local dir = T.tmpdir()
+  local folder = dir .. "/rlm"
+  assert(sys.mkdir_p(folder))
+  assert(sys.chmod(folder, tonumber("1777", 8)))       -- shared, as /tmp is
+  local python = "/usr/bin/python3"
+  local source = require("rlm.core.host").resource("lua/rlm/driver.py")
+  local real = sys.realpath(python)
+  local st = sys.stat(real)
+  local path = ("%s/driver-%s.pyc"):format(folder,
+    sys.hash(table.concat({source, real, st.size, st.mtime}, "\0")))
+  local planted = "import os\nos.environ['RLM_PLANTED'] = 'yes'\n" .. source
+  local r = assert(sys.run({python, "-I", "-S", "-c", "import marshal,sys;sys.stdout.buffer.write(" ..
+    "marshal.dumps(compile(sys.stdin.buffer.read(),'<rlm-driver>','exec')))"}, {input = planted}))
+  assert(sys.write_file(path, sys.hash(r.stdout) .. "\n" .. r.stdout))
+  local env = sys.environ()
+  env.XDG_CACHE_HOME = dir
+  local res = T.run_rlm({"exec", "import os; print(os.environ.get('RLM_PLANTED'))"}, {env = env})
+  T.truthy(not res.stdout:find("yes", 1, true),
+           "the planted driver ran in the sandbox: " .. res.stdout .. res.stderr)
+end
+
+-- A local repository cloned with git's hard links would share .git/objects' inodes with the
+-- host's repository; handed to the sandbox's uid, they could be chmod-ed and rewritten. The
+-- clone makes copies, and files with other links are never handed over.
+tests["a staged repository shares no inode with the host's"] = function()
+  if not ROOT then T.skip("needs root (the sandbox's uid differs from rlm's)") end
+  local src = T.tmpdir() .. "/repo"
+  assert(sys.mkdir_p(src))
+  assert(sys.write_file(src .. "/README", "host content\n"))
+  for _, argv in ipairs{{"git", "init", "-q", src}, {"git", "-C", src, "add", "README"},
+                        {"git", "-C", src, "-c", "user.name=t", "-c", "user.email=t@t",
+                         "commit", "-qm", "x"}} do
+    local r = assert(sys.run(argv))
+    assert(r.code == 0, r.stderr)
+  end
+  local i = interp{repo_url = src}
+  local r = probe(i, [[
+import json, os
+hit = []
+for d, _, files in os.walk("/home/daytona/workspace/repo/.git/objects"):
+    for f in files:
+        p = os.path.join(d, f)
+        st = os.stat(p)
+        if st.st_nlink > 1 and st.st_uid == os.getuid():
+            os.chmod(p, 0o644)
+            with open(p, "ab") as fh:
+                fh.write(b"sandbox was here")
+            hit.append(p)
+print(json.dumps(hit))
+]])
+  T.eq(r, {}, "object files shared with the host's repository, now the sandbox's")
+  local r2 = assert(sys.run({"git", "-C", src, "fsck", "--full"}))
+  T.eq(r2.code, 0, "the host's repository after the sandbox: " .. r2.stderr:sub(1, 300))
+end
+
 return tests

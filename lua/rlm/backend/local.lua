@@ -145,7 +145,9 @@ local function stage_repo(dest, url, ref)
   if st and st.type == "dir" and not sys.stat(url .. "/.git") then
     run_checked({"cp", "-a", "--", url, dest}, "cannot copy repository " .. url)
   else
-    run_checked({"git", "clone", "--quiet", "--", url, dest}, "git clone " .. url .. " failed")
+    -- --no-hardlinks: a local clone's objects would be the host repository's own inodes.
+    run_checked({"git", "clone", "--quiet", "--no-hardlinks", "--", url, dest},
+                "git clone " .. url .. " failed")
   end
   if ref then
     run_checked({"git", "-C", dest, "checkout", "--quiet", ref, "--"},
@@ -349,6 +351,15 @@ local function cache_folder()
   return base .. "/rlm"
 end
 
+-- Whether path (not followed) belongs to rlm's user and no one else may write it: bytecode
+-- from a folder others can write (a shared XDG_CACHE_HOME, a user's home under sudo -E) would
+-- let them run code as the driver of every later sandbox. The hash only catches damage.
+local function private(path)
+  local st = sys.stat(path)
+  return st ~= nil and st.type ~= "link" and st.uid == sys.getuid()
+         and st.mode & tonumber("022", 8) == 0
+end
+
 -- The driver's bytecode for `python`, or nil when it cannot be had (the source is used then).
 local function driver_bytecode(python, source)
   if compiled[python] then return compiled[python] end
@@ -358,11 +369,11 @@ local function driver_bytecode(python, source)
   if not st or not folder then return nil end
   local path = ("%s/driver-%s.pyc"):format(folder,
     sys.hash(table.concat({source, real, st.size, st.mtime}, "\0")))
-  local file = sys.read_file(path)
+  -- Without a cache of its own the compile would be paid again by every process: the source.
+  if not sys.mkdir_p(folder) or not private(folder) then return nil end
+  local file = private(path) and sys.read_file(path)
   local sum, code = (file or ""):match("^(%x+)\n(.*)$")
   if not code or sys.hash(code) ~= sum then
-    -- Without a cache the compile would be paid again by every process: the source then.
-    if not sys.mkdir_p(folder) then return nil end
     local r = sys.run({python, "-I", "-S", "-c", COMPILER}, {input = source, timeout = 60})
     if not r or r.status ~= "exit" or r.code ~= 0 or r.stdout == "" then return nil end
     code = r.stdout
@@ -452,23 +463,25 @@ end
 -- Raw bytes after a line (the driver's docstring): this backend carries them both ways.
 M.payloads = true
 
--- Reads the payloads an event announces into payload.data; nil, err, kind when they cannot be.
-function Sandbox:read_payloads(ev, timeout)
+-- Reads the payloads an event announces into payload.data, by `deadline` (a sys.now() time);
+-- nil, err, kind when they cannot be. The announcement is the code's to forge: each size is
+-- checked against what is left of limits.submit before it is added (a sum could wrap).
+function Sandbox:read_payloads(ev, deadline)
   if type(ev.payloads) ~= "table" then return nil, "the driver sent malformed payloads", "protocol" end
-  local total = 0
+  local left = self.limits.submit
   for _, p in ipairs(ev.payloads) do
     if type(p) ~= "table" or type(p.name) ~= "string" or math.type(p.bytes) ~= "integer"
         or p.bytes < 0 then
       return nil, "the driver announced a malformed payload", "protocol"
     end
-    total = total + p.bytes
-  end
-  if total > self.limits.submit then
-    return nil, ("the driver announced %s of payloads, past limits.submit (%s)"):format(
-      limits.human(total), limits.human(self.limits.submit)), "protocol"
+    if p.bytes > left then
+      return nil, ("the driver announced payloads past limits.submit (%s)"):format(
+        limits.human(self.limits.submit)), "protocol"
+    end
+    left = left - p.bytes
   end
   for _, p in ipairs(ev.payloads) do
-    local data, why = sys.read_payload(self.proc, p.bytes, timeout)
+    local data, why = sys.read_payload(self.proc, p.bytes, math.max(0, deadline - sys.now()))
     if not data then
       return nil, why == "timeout" and "no answer from the sandbox in time" or self:died_message(),
              why == "timeout" and "timeout" or "dead"
@@ -488,6 +501,7 @@ function Sandbox:request(req, timeout, payloads)
                                table.unpack(payloads or {}))
     if not ok then return nil, self:died_message(), "dead" end
   end
+  local deadline = sys.now() + timeout    -- the event and its payloads together
   local line, why, kind = self:watched_line(timeout)
   self:drain_stderr()
   if not line then
@@ -500,7 +514,7 @@ function Sandbox:request(req, timeout, payloads)
     return nil, self:died_message(), "dead"
   end
   local ev, why, kind = common.decode_event(line)
-  if ev and ev.payloads ~= nil then return self:read_payloads(ev, timeout) end
+  if ev and ev.payloads ~= nil then return self:read_payloads(ev, deadline) end
   return ev, why, kind
 end
 
