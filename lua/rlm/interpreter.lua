@@ -261,8 +261,10 @@ local function split_payloads(variables)
   return rest, data, announced
 end
 
+local NULL = json.null
+
 local function value(v)
-  if v == json.null then return nil end
+  if v == NULL then return nil end
   return v
 end
 
@@ -284,16 +286,18 @@ local function cut(s, limit)
 end
 
 local function optional(v, kind)
-  v = value(v)
-  return v == nil or type(v) == kind
+  return v == nil or v == NULL or type(v) == kind
 end
+
+local TEXT_FIELDS = {"stdout", "stderr", "error", "traceback"}
+local NUMBER_FIELDS = {"stdout_chars", "stderr_chars", "variables_more"}
 
 -- Why a done event cannot be taken as it is, or nil.
 local function bad_done(ev)
-  for _, k in ipairs{"stdout", "stderr", "error", "traceback"} do
+  for _, k in ipairs(TEXT_FIELDS) do
     if not optional(ev[k], "string") then return k .. " is not text" end
   end
-  for _, k in ipairs{"stdout_chars", "stderr_chars", "variables_more"} do
+  for _, k in ipairs(NUMBER_FIELDS) do
     if not optional(ev[k], "number") then return k .. " is not a number" end
   end
   if not optional(ev.submitted, "table") then return "submitted is not an object" end
