@@ -532,22 +532,28 @@ static void bound_stderr(struct process *p)
     b->data[b->len] = '\0';
 }
 
+/* After a read of stream `which` that gave n <= 0 bytes: 1 to read again (EINTR); otherwise
+ * 0, with the stream closed when it ended (EOF, an error) rather than ran dry for now. */
+static int read_again(struct process *p, int which, ssize_t n)
+{
+    if (n < 0 && errno == EINTR)
+        return 1;
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+        p->eof[which] = 1;
+        close_fd(p, &p->fds[which]);
+    }
+    return 0;
+}
+
 /* Reads an expected payload straight into its buffer, up to 16 reads a wake-up. */
 static void read_payload(struct process *p, int fd)
 {
     for (int reads = 0; reads < 16 && p->payload_got < p->payload_len; reads++) {
         ssize_t n = read(fd, p->payload + p->payload_got, p->payload_len - p->payload_got);
-        if (n > 0) {
+        if (n > 0)
             p->payload_got += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
-            p->eof[OUT] = 1;
-            close_fd(p, &p->fds[OUT]);
-        }
-        break;
+        else if (!read_again(p, OUT, n))
+            break;
     }
     loop_ready(p->lp, p->id);
 }
@@ -581,13 +587,8 @@ static void on_output(void *ud, int fd, short revents)
                 break;
             continue;
         }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
-            p->eof[which] = 1;
-            close_fd(p, &p->fds[which]);
-        }
-        break;
+        if (!read_again(p, which, n))
+            break;
     }
     loop_ready(p->lp, p->id);
 }

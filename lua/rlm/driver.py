@@ -675,23 +675,24 @@ class Session:
         stdout, stdout_chars = self.stdout.take(limit)
         stderr, stderr_chars = self.stderr.take(limit)
         rows, more = self.summary(MAX_VARIABLES)
-        done = encode({
+        # The event without its closing brace: the rows and submitted fields are added as text.
+        line = encode({
             "ev": "done", "id": self.request_id, "stdout": stdout, "stderr": stderr,
             "stdout_chars": stdout_chars, "stderr_chars": stderr_chars, "error": error,
             "traceback": traceback_text, "variables_more": more, "duration": duration,
             "timed_out": error is not None and self.timed_out})[:-1] + ',"variables":' + \
-            rows_json(rows) + "}"
+            rows_json(rows)
         if self.reserve is None:
             try:
                 self.reserve = bytes(RESERVE_BYTES)
             except MemoryError:
                 pass
         if submitted is None:
-            return done[:-1] + ',"submitted":null}\n', ()
+            return line + ',"submitted":null}\n', ()
         raw = [(name, data) for name, data in submitted.items() if isinstance(data, bytes)]
         fields = ",".join(f"{encode(name)}:{text}" for name, text in submitted.items()
                           if not isinstance(text, bytes))
-        line = done[:-1] + ',"submitted":{' + fields + '}'
+        line += ',"submitted":{' + fields + '}'
         if raw:
             line += ',"payloads":' + encode([{"name": n, "bytes": len(d)} for n, d in raw])
         return line + '}\n', [data for _, data in raw]
@@ -710,11 +711,9 @@ class Session:
     def run(self, code, filename, timeout):
         body, last = compile_cell(code, filename)
         self.timed_out = False
-        if _signal.getsignal(_signal.SIGALRM) is not self.alarm_handler:
-            _signal.signal(_signal.SIGALRM, self.alarm_handler)  # user code had taken it over
         # One timer call a block: the timer is armed here and left to run out after it (our
-        # handler then only notes a late alarm, put back below if the code replaced it); a
-        # block without a timeout stops an earlier one. A late alarm noted before the arming
+        # handler then only notes a late alarm: it is put back below whenever the code replaced
+        # it, so it is ours here); a block without a timeout stops an earlier one. A late alarm noted before the arming
         # belongs to an earlier block and is forgotten after it.
         if timeout:
             self.timeout = timeout

@@ -308,9 +308,7 @@ end
 local function cache_dir(cache)
   if not cache then return nil end
   if type(cache) == "string" then return cache end
-  local base = sys.getenv("XDG_CACHE_HOME")
-  if not base or base == "" then base = (sys.getenv("HOME") or "/tmp") .. "/.cache" end
-  return base .. "/rlm"
+  return sys.cache_dir() or "/tmp/.cache/rlm"
 end
 
 -- The cache entry's path and key for one sub-call.

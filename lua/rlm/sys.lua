@@ -13,6 +13,7 @@
 --   sys.count_processes(uid) -> how many processes the host user uid runs
 --   sys.random_hex(bytes) -> that many random bytes from the kernel, in hex (ids, tokens)
 --   sys.hash(s) -> 64-bit FNV-1a of s in hex (cache keys, manifests)
+--   sys.cache_dir() -> rlm's cache folder ($XDG_CACHE_HOME/rlm or ~/.cache/rlm) | nil
 local core = require "rlm.core.sys"
 local async = require "rlm.async"
 
@@ -26,6 +27,17 @@ function M.random_hex(bytes)
   local data = f:read(bytes)
   f:close()
   return (data:gsub(".", function(c) return ("%02x"):format(c:byte()) end))
+end
+
+--- rlm's cache folder: $XDG_CACHE_HOME/rlm, else $HOME/.cache/rlm; nil when neither is set.
+function M.cache_dir()
+  local base = core.getenv("XDG_CACHE_HOME")
+  if not base or base == "" then
+    local home = core.getenv("HOME")
+    if not home or home == "" then return nil end
+    base = home .. "/.cache"
+  end
+  return base .. "/rlm"
 end
 
 --- The next stdout line of a process, waiting for it; nil, "eof" when the pipe has closed,

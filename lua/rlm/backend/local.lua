@@ -341,16 +341,6 @@ local COMPILER = "import marshal,sys;sys.stdout.buffer.write(marshal.dumps(compi
   .. "sys.stdin.buffer.read(),'<rlm-driver>','exec')))"
 local compiled = {}       -- python executable -> the driver's bytecode, once per process
 
-local function cache_folder()
-  local base = sys.getenv("XDG_CACHE_HOME")
-  if not base or base == "" then
-    local home = sys.getenv("HOME")
-    if not home or home == "" then return nil end
-    base = home .. "/.cache"
-  end
-  return base .. "/rlm"
-end
-
 -- Whether path (not followed) belongs to rlm's user and no one else may write it: bytecode
 -- from a folder others can write (a shared XDG_CACHE_HOME, a user's home under sudo -E) would
 -- let them run code as the driver of every later sandbox. The hash only catches damage.
@@ -365,7 +355,7 @@ local function driver_bytecode(python, source)
   if compiled[python] then return compiled[python] end
   local real = sys.realpath(sys.which(python) or python)
   local st = real and sys.stat(real)
-  local folder = cache_folder()
+  local folder = sys.cache_dir()
   if not st or not folder then return nil end
   local path = ("%s/driver-%s.pyc"):format(folder,
     sys.hash(table.concat({source, real, st.size, st.mtime}, "\0")))
