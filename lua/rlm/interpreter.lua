@@ -72,6 +72,8 @@ for _, path in ipairs(require("rlm.core.host").resources("lua/rlm/backend/")) do
   if name and name ~= "common" then M.backends[name] = "rlm.backend." .. name end
 end
 
+local NO_OPTIONS = {}   -- opts when none are given; never written
+
 M.defaults = {backend = "local", timeout = 900, max_output_chars = 10000, network = false}
 
 local OPTIONS = {backend = true, timeout = true, execute_timeout = true, volume_name = true,
@@ -276,6 +278,7 @@ end
 -- s cut to `limit` characters the way the driver cuts (head, a marker line, tail): applied
 -- again on the host, because the event may have been written by the code, not the driver.
 local function cut(s, limit)
+  if #s <= limit then return s end   -- never more characters than bytes
   local n = text_length(s)
   -- The driver's own cut is limit characters plus its marker line: leave that alone.
   if n <= limit + 64 then return s end
@@ -294,10 +297,12 @@ local NUMBER_FIELDS = {"stdout_chars", "stderr_chars", "variables_more"}
 
 -- Why a done event cannot be taken as it is, or nil.
 local function bad_done(ev)
-  for _, k in ipairs(TEXT_FIELDS) do
+  for i = 1, #TEXT_FIELDS do
+    local k = TEXT_FIELDS[i]
     if not optional(ev[k], "string") then return k .. " is not text" end
   end
-  for _, k in ipairs(NUMBER_FIELDS) do
+  for i = 1, #NUMBER_FIELDS do
+    local k = NUMBER_FIELDS[i]
     if not optional(ev[k], "number") then return k .. " is not a number" end
   end
   if not optional(ev.submitted, "table") then return "submitted is not an object" end
@@ -317,8 +322,8 @@ function Interp:finish(ev, started)
     exit = err and 1 or 0, duration = sys.now() - started,
     timed_out = ev.timed_out == true, state_lost = false,
     variables = value(ev.variables), variables_more = value(ev.variables_more) or 0,
-    stdout_chars = value(ev.stdout_chars),
-    stderr_chars = value(ev.stderr_chars),
+    stdout_chars = value(ev.stdout_chars) or 0,
+    stderr_chars = value(ev.stderr_chars) or 0,
   }
   local submitted = value(ev.submitted)
   for _, p in ipairs(ev.payloads or {}) do submitted[p.name] = p.data end
@@ -372,7 +377,7 @@ function Interp:execute(code, variables, opts)
   end
   if self.busy then error("this interpreter is already running code (one execute at a time)", 2) end
   if not self.sandbox then self:start() end
-  opts = opts or {}
+  opts = opts or NO_OPTIONS
   local timeout = opts.timeout or self.opts.execute_timeout
   local left = self.opts.timeout - (sys.now() - self.started_at)
   if left <= 0 then
@@ -386,7 +391,7 @@ function Interp:execute(code, variables, opts)
   local req = {op = "execute", id = self.request_id, code = code, timeout = timeout,
                max_output_chars = self.opts.max_output_chars,
                max_submit_bytes = self.opts.limits.submit}
-  for k in pairs(variables or {}) do
+  for k in pairs(variables or NO_OPTIONS) do
     if type(k) ~= "string" or not k:match("^[%a_][%w_]*$") then
       error(("execute: variables must be name = value with Python names as keys (got %s %s)")
         :format(type(k), tostring(k)), 2)

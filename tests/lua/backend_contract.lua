@@ -27,6 +27,22 @@ M.cases["factorial of 15"] = function(b)
   T.truthy(run.duration >= 0 and run.duration < 5, "duration " .. run.duration)
 end
 
+-- The driver leaves out a done event's fields that are at their default; the run table still
+-- has every one of them.
+M.cases["a quiet block's run has every field"] = function(b)
+  local i = b.interp{}
+  local out, run = i:execute("x = 1")
+  T.eq(out, nil)
+  T.eq({run.stdout, run.stderr, run.stdout_chars, run.stderr_chars, run.exit, run.timed_out,
+        run.state_lost, run.variables_more}, {"", "", 0, 0, 0, false, false, 0})
+  T.eq({run.error, run.traceback}, {})
+  T.eq(run.variables, {{name = "x", type = "int", size = json.null, preview = "1"}})
+  out, run = i:execute("import sys\nprint('o')\nprint('e', file=sys.stderr)\n1/0")
+  T.eq({run.stdout, run.stderr, run.stdout_chars, run.stderr_chars, run.exit, run.timed_out},
+       {"o\n", "e\n", 2, 2, 1, false})
+  T.eq(run.error, "ZeroDivisionError: division by zero")
+end
+
 M.cases["values cross exactly both ways"] = function(b)
   local i = b.interp{}
   local bytes = "a\0b\xff\xfe\r\n\"\\ é"

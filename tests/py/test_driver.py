@@ -17,6 +17,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 with open(os.path.join(ROOT, "lua", "rlm", "driver.py"), encoding="utf-8") as _f:
     SOURCE = _f.read()
 WAIT = 10.0  # seconds before a test gives up on an event instead of hanging
+# What a done event's fields are when the driver leaves them out (its docstring).
+DONE_DEFAULTS = {"stdout": "", "stderr": "", "stdout_chars": 0, "stderr_chars": 0, "error": None,
+                 "traceback": None, "variables_more": 0, "timed_out": False, "submitted": None}
+
+
+def with_defaults(ev):
+    """The host's reading of an event: a done event's field left out is at its default."""
+    return dict(DONE_DEFAULTS, **ev) if ev.get("ev") == "done" else ev
 
 
 def read_line(stream, timeout=WAIT):
@@ -47,7 +55,7 @@ class Driver:
         self.raw = read_line(self.proc.stdout, timeout)
         if not self.raw:
             raise AssertionError("the driver exited: " + self.proc.stderr.read().decode())
-        return json.loads(self.raw)
+        return with_defaults(json.loads(self.raw))
 
     def request(self, req, timeout=WAIT):
         self.send(req)
@@ -109,6 +117,39 @@ class TestBasics(DriverTest):
         self.assertEqual(self.run_ok("print('a')")["stdout"], "a\n")
         self.assertEqual(self.run_ok("x = 'q'\nx")["stdout"], "'q'\n")
         self.assertEqual(self.run_ok("for i in range(2):\n    i")["stdout"], "")
+
+    def test_trailing_expression_wherever_the_cell_is_cut(self):
+        # The driver cuts a cell before its last line at column 0 and compiles the parts
+        # apart; each case would fool a cut that trusts the text instead of the compiler.
+        cases = {
+            "x = 5\nx": "5\n", "x = 1; x": "1\n", "x = 3\nx  # show it": "3\n",
+            "x = 3\n# done\n\n": "", "x = 1\r\nx\r\n": "1\n",
+            "f = lambda a=1: a\nf(2)": "2\n", "(y := 5)": "5\n",
+            "g = dict\ng(a=1,\nb=2,\n    )": "{'a': 1, 'b': 2}\n",
+            "dict(a=1,\nb=2)": "{'a': 1, 'b': 2}\n", "dict(x=1)": "{'x': 1}\n",
+            "for i in range(3):\n    pass\nelse:\n    9": "",
+            "if True:\n    1\nelif False:\n    2\nelse:\n    3": "",
+            "try:\n    1/0\nexcept ZeroDivisionError:\n    7\nfinally:\n    8": "",
+            "x = 1 \\\n + 2\nx": "3\n", "y = 3 \\\n== 3\ny": "True\n",
+            "[1,\n2]": "[1, 2]\n", "sum(i\nfor i in range(4))": "6\n",
+            "v = [i\nfor i in range(3)\nif i]\nv": "[1, 2]\n",
+            "d = {'=': 1}\nd['=']": "1\n", "x = 2\n'doc'": "'doc'\n", "'doc'\nx = 1": "",
+            "match = 3\nmatch": "3\n", "for_each = 2\nfor_each": "2\n",
+            "z = 1\nz if z else 0": "1\n", "x = 0\nx >>= 1\nx": "0\n",
+            "from math import (\n    pi,\n)\npi": "3.141592653589793\n",
+            "def f():\n    return 4\nf()": "4\n", "print(1, end='')\n": "1",
+            "from __future__ import annotations\nx: int = 1\nx": "1\n",
+        }
+        for code, stdout in cases.items():
+            self.d.request({"op": "reset"})
+            self.assertEqual(self.run_ok(code)["stdout"], stdout, code)
+        self.assertTrue(self.run_ok("lambda a=1: a")["stdout"].startswith("<function <lambda>"))
+
+    def test_line_numbers_survive_the_cut(self):
+        for code, line in (("a = 1\nb = 2\n\nraise ValueError('v')", 4), ("a = 1\n\n1/0", 3),
+                           ("a = 1\n\nb = = 2", 3), ("x = [\n1,\n]\n\n\nx.y", 6)):
+            ev = self.d.execute(code)
+            self.assertIn(f"line {line}", ev["traceback"], code)
 
     def test_variables_injection_and_summary(self):
         ev = self.run_ok("import os\n__hidden__ = 1\nprint(context[:3], n * 2)\n_private = [1, 2]",
@@ -337,10 +378,11 @@ class TestErrors(DriverTest):
 
     def test_timeout_stops_a_busy_loop_and_keeps_state(self):
         self.run_ok("x = 5")
+        started = time.perf_counter()
         ev = self.d.execute("while True:\n    pass", timeout=0.3)
         self.assertEqual(ev["error"], "TimeoutError: execution exceeded 0.3 seconds")
         self.assertTrue(ev["timed_out"])
-        self.assertLess(ev["duration"], 2.0)
+        self.assertLess(time.perf_counter() - started, 2.0)
         self.assertIn('File "<rlm-cell-2>", line', ev["traceback"])
         ev = self.run_ok("x", timeout=5)
         self.assertEqual(ev["stdout"], "5\n")
@@ -445,9 +487,10 @@ class TestCalls(DriverTest):
                            "r = llm_query('q')\ntime.sleep(3)", timeout=5)
         self.assertEqual(self.d.event()["ev"], "call")
         time.sleep(0.4)
+        replied = time.perf_counter()
         ev = self.d.request({"op": "reply", "id": rid, "results": ["a"]})
         self.assertEqual(ev["error"], "TimeoutError: execution exceeded 5 seconds")
-        self.assertLess(ev["duration"], 2.0)
+        self.assertLess(time.perf_counter() - replied, 2.0)
         self.assertIn("r = llm_query('q')", ev["traceback"])
         self.assertEqual(self.d.request({"op": "ping"}), {"ev": "pong"})
 
@@ -603,7 +646,7 @@ class TestSocketTransport(unittest.TestCase):
         done = subprocess.run(args, capture_output=True, timeout=WAIT)
         self.assertEqual(done.returncode, 0, done.stderr.decode())
         self.assertEqual(done.stdout.count(b"\n"), 1)
-        return json.loads(done.stdout)
+        return with_defaults(json.loads(done.stdout))
 
     def test_wait_ready_reads_the_ready_line_an_exit_or_times_out(self):
         prefix = os.path.join(self.dir, "driver-1")

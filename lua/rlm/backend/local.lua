@@ -487,8 +487,13 @@ end
 function Sandbox:request(req, timeout, payloads)
   if not self.proc then return nil, "the sandbox's driver is not running", "dead" end
   if req then
-    local ok = self.proc:write(type(req) == "string" and req or json.encode(req), "\n",
-                               table.unpack(payloads or {}))
+    local line = type(req) == "string" and req or json.encode(req)
+    local ok
+    if payloads then
+      ok = self.proc:write(line, "\n", table.unpack(payloads))
+    else
+      ok = self.proc:write(line, "\n")
+    end
     if not ok then return nil, self:died_message(), "dead" end
   end
   local deadline = sys.now() + timeout    -- the event and its payloads together
