@@ -107,6 +107,13 @@ class TestBasics(DriverTest):
               f"over {len(times)} starts")
         self.assertLess(min(times), 2.0)
 
+    def test_start_imports_nothing_heavy(self):
+        # Each of these costs milliseconds of every sandbox's start (json pulls in re and enum);
+        # the driver uses the accelerators behind them, and a syntax tree only when it must.
+        ev = self.run_ok("import sys\nx = 1\nprint(sorted(m for m in ('json', 're', 'enum', "
+                         "'_ast', 'ast', 'typing') if m in sys.modules))")
+        self.assertEqual(ev["stdout"], "[]\n")
+
     def test_state_persists_across_executes(self):
         self.run_ok("import math\nx = 20\ndef twice(v):\n    return 2 * v")
         ev = self.run_ok("twice(x) + int(math.sqrt(4))")
