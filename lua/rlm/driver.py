@@ -78,7 +78,8 @@ llm_query answers its connection with the call event, and the next connection mu
 reply. --client prints the one event line and exits 0, or exits 2 with a message on stderr.
 """
 import builtins
-import os
+import io
+import posix   # what the driver needs of os, which would cost 1.5 ms of each start
 import sys
 import time
 import _signal
@@ -223,11 +224,11 @@ def error_line_only(message):
 
 
 def write_all(fd, data):
-    written = os.write(fd, data)
+    written = posix.write(fd, data)
     if written < len(data):   # a pipe takes a short line whole; a big one goes in pieces
         view = memoryview(data)[written:]
         while view:
-            view = view[os.write(fd, view):]
+            view = view[posix.write(fd, view):]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,7 +236,7 @@ def write_all(fd, data):
 
 class Stdio:
     def __init__(self, fd_in, fd_out):
-        self.inp = os.fdopen(fd_in, "rb")
+        self.inp = io.open(fd_in, "rb")
         self.out = fd_out
 
     def read(self):
@@ -274,8 +275,8 @@ class SocketServer:
         import socket
         import stat
         try:
-            if stat.S_ISSOCK(os.lstat(path).st_mode):
-                os.unlink(path)  # left by a driver that died
+            if stat.S_ISSOCK(posix.lstat(path).st_mode):
+                posix.unlink(path)  # left by a driver that died
         except FileNotFoundError:
             pass
         self.path = path
@@ -310,7 +311,7 @@ class SocketServer:
 
     def close(self):
         try:
-            os.unlink(self.path)
+            posix.unlink(self.path)
         except OSError:
             pass
 
@@ -322,11 +323,11 @@ class Capture:
     """A temp file that fd `target` writes into; unlinked at once so it never outlives us."""
 
     def __init__(self, target, directory):
-        name = f"rlm-driver-{os.getpid()}-{target}-{os.urandom(4).hex()}"
-        path = os.path.join(directory, name)
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        os.unlink(path)
-        st = os.fstat(self.fd)
+        name = f"rlm-driver-{posix.getpid()}-{target}-{posix.urandom(4).hex()}"
+        path = f"{directory}/{name}"
+        self.fd = posix.open(path, posix.O_RDWR | posix.O_CREAT | posix.O_EXCL, 0o600)
+        posix.unlink(path)
+        st = posix.fstat(self.fd)
         self.dev, self.ino = st.st_dev, st.st_ino
         self.target = target
         self.reattach()
@@ -335,13 +336,13 @@ class Capture:
         """Bytes written since the last take, with one fstat when fd `target` is still the
         file; pointed back at it when user code closed or moved it."""
         try:
-            st = os.fstat(self.target)
+            st = posix.fstat(self.target)
             if st.st_ino == self.ino and st.st_dev == self.dev:
                 return st.st_size
         except OSError:
             pass
         self.reattach()
-        return os.fstat(self.fd).st_size
+        return posix.fstat(self.fd).st_size
 
     def take(self, limit):
         """(text, total characters) written since the last take; empties the file."""
@@ -349,23 +350,23 @@ class Capture:
         if size == 0:
             return "", 0
         if size <= limit:  # never more characters than bytes
-            text = os.pread(self.fd, size, 0).decode("utf-8", "replace")
+            text = posix.pread(self.fd, size, 0).decode("utf-8", "replace")
             total = len(text)
         else:
             total = self.count_chars(size)
             if total <= limit:
-                text = os.pread(self.fd, size, 0).decode("utf-8", "replace")
+                text = posix.pread(self.fd, size, 0).decode("utf-8", "replace")
             else:
                 text = self.head_and_tail(size, limit, total)
         self.clear()
         return text, total
 
     def clear(self):
-        os.ftruncate(self.fd, 0)
-        os.lseek(self.fd, 0, os.SEEK_SET)  # the offset is shared with fd 1/2 and subprocesses
+        posix.ftruncate(self.fd, 0)
+        posix.lseek(self.fd, 0, io.SEEK_SET)  # the offset is shared with fd 1/2 and subprocesses
 
     def reattach(self):
-        os.dup2(self.fd, self.target)
+        posix.dup2(self.fd, self.target)
 
     def discard(self):
         """Forgets what was written; fd `target` points at the file again."""
@@ -375,7 +376,7 @@ class Capture:
     def count_chars(self, size):
         total = offset = 0
         while offset < size:
-            chunk = os.pread(self.fd, READ_CHUNK, offset)
+            chunk = posix.pread(self.fd, READ_CHUNK, offset)
             if not chunk:
                 break
             offset += len(chunk)
@@ -386,9 +387,9 @@ class Capture:
         # A character is at most 4 bytes; 3 more bytes cover a character split at the tail's start.
         head_n = limit // 2
         tail_n = limit - head_n
-        head = os.pread(self.fd, 4 * head_n, 0).decode("utf-8", "replace")[:head_n]
+        head = posix.pread(self.fd, 4 * head_n, 0).decode("utf-8", "replace")[:head_n]
         tail_bytes = min(size, 4 * tail_n + 3)
-        tail = os.pread(self.fd, tail_bytes, size - tail_bytes).decode("utf-8", "replace")
+        tail = posix.pread(self.fd, tail_bytes, size - tail_bytes).decode("utf-8", "replace")
         tail = tail[-tail_n:]
         return f"{head}\n... [{total - head_n - tail_n} characters cut] ...\n{tail}"
 
@@ -629,9 +630,9 @@ class Session:
         self.ns = module.__dict__
 
     def stop(self):
-        # os._exit: tearing down a namespace of many GB could take seconds and nobody waits for it.
+        # posix._exit: tearing down a namespace of many GB could take seconds and nobody waits for it.
         self.transport.close()
-        os._exit(0)
+        posix._exit(0)
 
     def on_alarm(self, signum, frame):
         if self.in_protocol:
@@ -1082,9 +1083,12 @@ def wait_ready(prefix, timeout):
                 return 0
         except FileNotFoundError:
             pass
-        if os.path.exists(prefix + ".exit"):
+        try:
             with open(prefix + ".exit") as f:
                 status = f.read().strip()
+        except FileNotFoundError:
+            status = None
+        if status is not None:
             try:
                 with open(prefix + ".err", "rb") as f:
                     tail = f.read()[-600:].decode("utf-8", "replace").strip()
@@ -1095,6 +1099,77 @@ def wait_ready(prefix, timeout):
         if time.monotonic() >= deadline:
             return 4
         time.sleep(0.005)
+
+
+# ---------------------------------------------------------------------------------------------
+# site, when it is needed
+
+class SiteOnDemand:
+    """A last import finder for a driver started with -S (the local backend starts it so): site
+    (its folders, the .pth files in them and the imports those make) costs milliseconds of
+    every sandbox's start, and most cells import only the standard library. The first import
+    that nothing finds runs site, as the start would have, and is tried again; so is the first
+    look for installed distributions (importlib.metadata)."""
+
+    @classmethod
+    def run_site(cls):
+        sys.meta_path.remove(cls)
+        before = list(sys.path)
+        # The start runs site before "" (the working directory) leads sys.path: site would
+        # make it absolute, and imports would stop following the working directory.
+        sys.path[:] = [p for p in sys.path if p != ""]
+        import site
+        site.main()
+        added = [p for p in sys.path if p not in before]
+        sys.path[:] = before + added
+        return added
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if path is not None or not cls.run_site():
+            return None   # a submodule is looked for where its package is
+        for finder in sys.meta_path:
+            spec = finder.find_spec(name, None, target)
+            if spec is not None:
+                return spec
+        return None
+
+    @classmethod
+    def find_distributions(cls, context):
+        added = cls.run_site()
+        if not added:
+            return ()
+        from importlib.metadata import DistributionFinder, MetadataPathFinder
+        return MetadataPathFinder.find_distributions(
+            DistributionFinder.Context(name=context.name, path=added))
+
+
+class SiteBuiltin:
+    """Stands for a builtin site sets (exit, help, ...) until it is used: importing site
+    imports os, 1.5 ms of a start. Used, it has site set the real one and acts as it."""
+
+    def __init__(self, name, setter):
+        self.name, self.setter = name, setter
+
+    def real(self):
+        import site
+        getattr(site, self.setter)()
+        return getattr(builtins, self.name)
+
+    def __repr__(self):
+        return repr(self.real())
+
+    def __call__(self, *args, **kwargs):
+        return self.real()(*args, **kwargs)
+
+
+def defer_site():
+    """site's builtins when they are used, the rest of site when an import needs it."""
+    for name, setter in (("exit", "setquit"), ("quit", "setquit"), ("help", "sethelper"),
+                         ("copyright", "setcopyright"), ("credits", "setcopyright"),
+                         ("license", "setcopyright")):
+        setattr(builtins, name, SiteBuiltin(name, setter))
+    sys.meta_path.append(SiteOnDemand)
 
 
 def main(argv):
@@ -1112,20 +1187,22 @@ def main(argv):
             sys.stderr.write("rlm driver: --timeout needs a number of seconds\n")
             return 2
         return wait_ready(opts["--wait-ready"], timeout)
-    real_err = os.dup(2)
-    real_out = os.dup(1)
+    if sys.flags.no_site:
+        defer_site()
+    real_err = posix.dup(2)
+    real_out = posix.dup(1)
     if "--serve" in opts:
         transport = SocketServer(opts["--serve"])
     else:
-        transport = Stdio(os.dup(0), real_out)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
+        transport = Stdio(posix.dup(0), real_out)
+    devnull = posix.open("/dev/null", posix.O_RDONLY)
+    posix.dup2(devnull, 0)
+    posix.close(devnull)
     sys.path[0] = ""  # user imports see the working directory first, as under -c
     sys.stdout.reconfigure(encoding="utf-8")  # the captures are decoded as UTF-8
     sys.stderr.reconfigure(encoding="utf-8")
-    session = Session(transport, opts.get("--capture-dir") or os.environ.get("TMPDIR") or "/tmp")
-    ready = {"ev": "ready", "pid": os.getpid(), "python": "%d.%d.%d" % sys.version_info[:3]}
+    session = Session(transport, opts.get("--capture-dir") or posix.environ.get(b"TMPDIR", b"").decode() or "/tmp")
+    ready = {"ev": "ready", "pid": posix.getpid(), "python": "%d.%d.%d" % sys.version_info[:3]}
     write_all(real_out, (encode(ready) + "\n").encode())
     try:
         session.serve_forever()

@@ -298,6 +298,20 @@ SUBMIT(loader='marshal.loads' in open('/proc/self/cmdline').read(),
   T.eq(run(cache .. "/file"), {loader = false, memfd = false})
 end
 
+-- The driver starts without site (python -S) and runs it at the first import that needs it:
+-- packages in a site folder still import, and their .pth files still run.
+tests["site folders and .pth files work though the driver starts without site"] = function()
+  local i = interp{env = {PYTHONUSERBASE = "/home/daytona/workspace/base"}}
+  local version = i:execute("import sys\nSUBMIT(v='%d.%d' % sys.version_info[:2])").v
+  local dir = ("base/lib/python%s/site-packages/"):format(version)
+  assert(i:upload(dir .. "probe_mod.py", "VALUE = 'from the user site'\n"))
+  assert(i:upload(dir .. "probe.pth", "import os; os.environ['PROBE_PTH'] = 'ran'\n"))
+  local out, run = i:execute("import sys\nbefore = 'site' in sys.modules\nimport probe_mod, os\n" ..
+                             "SUBMIT(before=before, value=probe_mod.VALUE, pth=os.environ.get('PROBE_PTH'))")
+  T.eq(run.error, nil)
+  T.eq(out, {before = false, value = "from the user site", pth = "ran"})
+end
+
 tests["the sandbox's /etc: a few entries, read-only, read again at each start"] = function()
   local i = interp{}
   local out = i:execute([[

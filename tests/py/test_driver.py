@@ -38,11 +38,11 @@ def read_line(stream, timeout=WAIT):
 class Driver:
     """A driver over stdio, as the local backend runs it."""
 
-    def __init__(self, prelude=""):
+    def __init__(self, prelude="", flags=(), env=None):
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen([PYTHON, "-u", "-c", prelude + SOURCE, "--stdio"],
+        self.proc = subprocess.Popen([PYTHON, "-u", *flags, "-c", prelude + SOURCE, "--stdio"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, bufsize=0)
+                                     stderr=subprocess.PIPE, bufsize=0, env=env)
         self.ready = json.loads(read_line(self.proc.stdout))
         self.start_seconds = time.perf_counter() - self.started
         self.next_id = 0
@@ -210,6 +210,58 @@ class TestBasics(DriverTest):
         self.assertEqual(waiting.event()["ev"], "call")
         waiting.proc.stdin.close()
         self.assertEqual(waiting.proc.wait(WAIT), 0)
+
+
+class TestSiteOnDemand(unittest.TestCase):
+    """Started with -S (as the local backend starts it), the driver runs site only when an
+    import or a look for distributions needs it; code must not see the difference."""
+
+    def setUp(self):
+        base = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, base)
+        version = "python%d.%d" % tuple(json.loads(subprocess.run(
+            [PYTHON, "-c", "import sys, json; print(json.dumps(sys.version_info[:2]))"],
+            capture_output=True, text=True, check=True).stdout))
+        site_dir = os.path.join(base, "lib", version, "site-packages")
+        os.makedirs(os.path.join(site_dir, "probe_dist-1.0.dist-info"))
+        with open(os.path.join(site_dir, "rlm_probe.py"), "w") as f:
+            f.write("VALUE = 42\n")
+        with open(os.path.join(site_dir, "probe.pth"), "w") as f:
+            f.write("import os; os.environ['RLM_PTH_RAN'] = '1'\n")
+        with open(os.path.join(site_dir, "probe_dist-1.0.dist-info", "METADATA"), "w") as f:
+            f.write("Metadata-Version: 2.1\nName: probe-dist\nVersion: 1.0\n")
+        # The user site folder is one site adds; PYTHONUSERBASE puts it here.
+        env = dict(os.environ, PYTHONUSERBASE=base)
+        self.d = Driver(flags=["-S"], env=env)
+        self.addCleanup(self.d.close)
+        self.other = Driver(flags=["-S"], env=env)
+        self.addCleanup(self.other.close)
+
+    def run_ok(self, driver, code):
+        ev = driver.execute(code)
+        self.assertIsNone(ev["error"], ev["traceback"])
+        return ev["stdout"]
+
+    def test_site_runs_at_the_first_import_it_is_needed_for(self):
+        self.assertEqual(self.run_ok(self.d, "import sys, json\nprint('site' in sys.modules, "
+                                     "'os' in sys.modules, any(p.endswith(('site-packages', "
+                                     "'dist-packages')) for p in sys.path))"),
+                         "False False False\n")
+        self.assertEqual(self.run_ok(self.d, "import rlm_probe, os\nprint(rlm_probe.VALUE, "
+                                     "os.environ.get('RLM_PTH_RAN'), sys.path[0] == '')"),
+                         "42 1 True\n")
+        ev = self.d.execute("import no_such_module_anywhere")
+        self.assertEqual(ev["error"], "ModuleNotFoundError: No module named "
+                                      "'no_such_module_anywhere'")
+
+    def test_distributions_and_site_builtins(self):
+        self.assertEqual(self.run_ok(self.other, "import importlib.metadata as m\n"
+                                     "print(m.version('probe-dist'))"), "1.0\n")
+        self.assertEqual(self.run_ok(self.d, "print(exit)\nprint(callable(help), "
+                                     "'Python' in repr(copyright))"),
+                         "Use exit() or Ctrl-D (i.e. EOF) to exit\nTrue True\n")
+        self.assertEqual(self.d.execute("quit(3)")["error"], "SystemExit: 3")
+        self.assertEqual(self.run_ok(self.d, "print(1)"), "1\n")
 
 
 class TestOutput(DriverTest):

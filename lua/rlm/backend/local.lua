@@ -335,8 +335,8 @@ end
 -- result is kept in the user's cache folder under a name that changes with the source and the
 -- interpreter, checked by a hash of its bytes, and handed in through a descriptor that the
 -- loader reads and closes before the driver runs.
-local LOADER = ("import marshal,os;c=marshal.loads(os.read(%d,os.fstat(%d).st_size));os.close(%d);"
-  .. "del marshal;exec(c)"):format(FD.driver, FD.driver, FD.driver)
+local LOADER = ("import marshal,posix;c=marshal.loads(posix.read(%d,posix.fstat(%d).st_size));"
+  .. "posix.close(%d);del marshal;exec(c)"):format(FD.driver, FD.driver, FD.driver)
 local COMPILER = "import marshal,sys;sys.stdout.buffer.write(marshal.dumps(compile("
   .. "sys.stdin.buffer.read(),'<rlm-driver>','exec')))"
 local compiled = {}       -- python executable -> the driver's bytecode, once per process
@@ -378,7 +378,7 @@ function Sandbox:start_driver()
   local source = require("rlm.core.host").resource("lua/rlm/driver.py")
   if not source then error("the driver (lua/rlm/driver.py) is missing from this build", 0) end
   local code = driver_bytecode(self.python, source)
-  local o = self:spawn_options{self.python, "-u", "-c", code and LOADER or source, "--stdio",
+  local o = self:spawn_options{self.python, "-u", "-S", "-c", code and LOADER or source, "--stdio",
                                "--capture-dir", CAPTURE_DIR}
   o.pass[FD.driver] = code
   o.stdin, o.stdout, o.stderr = "pipe", "pipe", "pipe"
