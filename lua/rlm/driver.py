@@ -1,6 +1,7 @@
 """The rlm sandbox driver: runs the user's Python for the rlm host and keeps its state.
 
-Started as `python3 -u -c "<this source>" [--stdio] [--capture-dir DIR]`, as `--serve PATH` (unix socket server), or as
+Started as `python3 -u [-S] -c "<this source>" [--stdio] [--capture-dir DIR]` (with -S, site runs
+when an import needs it: SiteOnDemand), as `--serve PATH` (unix socket server), or as
 `--client PATH (--request-file F | --request-b64 B64)` (the one-shot client of --serve), or as
 `--wait-ready PREFIX [--timeout S]` (waits inside the sandbox for a --serve driver started with
 stdout in PREFIX.out, stderr in PREFIX.err and its exit status written to PREFIX.exit: prints
@@ -400,6 +401,8 @@ class Capture:
 # Types whose values have no length and a short repr (an int's may fail past 4,300 digits:
 # preview() catches that).
 SCALARS = frozenset((int, float, bool, type(None)))
+# The names a fresh namespace starts with (all dunders): one lookup skips them.
+MODULE_NAMES = frozenset(vars(ModuleType("__main__"))) | {"__builtins__"}
 SHORT_INT = 10 ** (PREVIEW_CHARS - 2)   # an int whose repr fits a preview
 
 
@@ -578,7 +581,8 @@ def plainly_assignment(line):
     if "'" in before or '"' in before or "#" in before or before[-1] in "=<>!:" or \
             line[at + 1:at + 2] == "=":
         return False
-    return sum(map(before.count, OPENERS)) == sum(map(before.count, CLOSERS))
+    return before.strip(NAME_CHARS + " .") == "" or \
+        sum(map(before.count, OPENERS)) == sum(map(before.count, CLOSERS))
 
 
 def compile_by_tree(code, filename):
@@ -630,7 +634,7 @@ class Session:
         self.ns = module.__dict__
 
     def stop(self):
-        # posix._exit: tearing down a namespace of many GB could take seconds and nobody waits for it.
+        # _exit: tearing down a namespace of many GB could take seconds and nobody waits for it.
         self.transport.close()
         posix._exit(0)
 
@@ -712,7 +716,7 @@ class Session:
 
     def execute(self, req):
         code = req.get("code")
-        variables = req.get("variables") or {}
+        variables = req.get("variables")
         names = req.get("output_names") or DEFAULT_OUTPUT_NAMES
         limit = req.get("max_output_chars") or DEFAULT_OUTPUT_CHARS
         timeout = req.get("timeout")
@@ -720,7 +724,7 @@ class Session:
         payload_min = req.get("payload_min")
         if not isinstance(code, str):
             return error_line_only("execute: code must be a string")
-        if type(variables) is not dict:
+        if variables is not None and type(variables) is not dict:
             return error_line_only("execute: variables must be an object")
         if names is not DEFAULT_OUTPUT_NAMES and (
                 not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
@@ -816,8 +820,8 @@ class Session:
         self.timed_out = False
         # One timer call a block: the timer is armed here and left to run out after it (our
         # handler then only notes a late alarm: it is put back below whenever the code replaced
-        # it, so it is ours here); a block without a timeout stops an earlier one. A late alarm noted before the arming
-        # belongs to an earlier block and is forgotten after it.
+        # it, so it is ours here); a block without a timeout stops an earlier one. A late alarm
+        # noted before the arming belongs to an earlier block and is forgotten after it.
         if timeout:
             self.timeout = timeout
             _signal.setitimer(_signal.ITIMER_REAL, timeout)
@@ -872,10 +876,8 @@ class Session:
         """(name, type name, size or None, preview) rows; see summary."""
         rows, seen = [], 0
         for name, value in items:
-            if len(rows) == limit:
-                break
             seen += 1
-            if name[:2] == "__" == name[-2:]:
+            if name in MODULE_NAMES or name[:2] == "__" == name[-2:]:
                 continue
             kind = type(value)
             if kind in SCALARS:   # the common case, without the general walk
@@ -884,6 +886,10 @@ class Session:
                              else preview(value)))
             elif not isinstance(value, ModuleType):
                 rows.append((name, kind.__name__, size_of(value), preview(value)))
+            else:
+                continue
+            if len(rows) == limit:
+                break
         return rows, len(self.ns) - seen
 
     def check_submit(self, fields):
@@ -1201,7 +1207,8 @@ def main(argv):
     sys.path[0] = ""  # user imports see the working directory first, as under -c
     sys.stdout.reconfigure(encoding="utf-8")  # the captures are decoded as UTF-8
     sys.stderr.reconfigure(encoding="utf-8")
-    session = Session(transport, opts.get("--capture-dir") or posix.environ.get(b"TMPDIR", b"").decode() or "/tmp")
+    capture_dir = opts.get("--capture-dir") or posix.environ.get(b"TMPDIR", b"").decode()
+    session = Session(transport, capture_dir or "/tmp")
     ready = {"ev": "ready", "pid": posix.getpid(), "python": "%d.%d.%d" % sys.version_info[:3]}
     write_all(real_out, (encode(ready) + "\n").encode())
     try:

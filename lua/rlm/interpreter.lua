@@ -326,7 +326,9 @@ function Interp:finish(ev, started)
     stderr_chars = value(ev.stderr_chars) or 0,
   }
   local submitted = value(ev.submitted)
-  for _, p in ipairs(ev.payloads or {}) do submitted[p.name] = p.data end
+  if ev.payloads then
+    for _, p in ipairs(ev.payloads) do submitted[p.name] = p.data end
+  end
   return submitted, run
 end
 
@@ -388,6 +390,8 @@ function Interp:execute(code, variables, opts)
   local deadline = opts.deadline
   if deadline then timeout = math.max(0.05, math.min(timeout, deadline - sys.now())) end
   self.request_id = (self.request_id or 0) + 1
+  -- In whole milliseconds: a number of a few digits is quicker to write and to read.
+  timeout = math.max(0.001, math.floor(timeout * 1000 + 0.5) / 1000)
   local req = {op = "execute", id = self.request_id, code = code, timeout = timeout,
                max_output_chars = self.opts.max_output_chars,
                max_submit_bytes = self.opts.limits.submit}
