@@ -85,6 +85,7 @@ import sys
 import time
 import _signal
 import _thread
+from _frozen_importlib_external import PathFinder   # importlib.machinery's, without its 0.8 ms
 
 DEFAULT_OUTPUT_CHARS = 10000
 DEFAULT_OUTPUT_NAMES = ["answer"]   # shared: never changed in place
@@ -520,9 +521,15 @@ def compile_cell(code, filename):
     compiled alone: as an expression when it is one. So each line is parsed once; finding the
     trailing expression through a syntax tree compiled a cell twice (1.9x the time of a plain
     compile for a 7-line cell). A cell this cut does not fit takes the syntax-tree way."""
+    if code.endswith((" ", "\t")):   # a last line of blanks would read as an indented one
+        code += "\n"
     start = last_line_start(code)
-    # Future imports must reach every part; after a semicolon another statement may follow.
-    if start >= 0 and "__future__" not in code and ";" not in code[start:]:
+    # Future imports must reach every part, global and nonlocal are checked against the whole
+    # cell; a form feed resets the column the cut goes by, a carriage return ends lines the
+    # compiler's way; after a semicolon on the last line another statement may follow.
+    if start >= 0 and "__future__" not in code and "global" not in code and \
+            "nonlocal" not in code and "\f" not in code and "\r" not in code and \
+            ";" not in code[start:]:
         parts = compile_parts(code, start, filename)
         if parts is not None:
             return parts
@@ -536,16 +543,22 @@ def last_line_start(code):
     while True:
         start = code.rfind("\n", 0, end) + 1
         first = code[start:start + 1]
-        if first and first not in " \t\f\r\n#":
+        if first and first not in " \t\n#":
             break
         if start == 0:
             return -1
         end = start - 1
-    before = code[max(0, start - 3):start].rstrip("\r\n")
-    return -1 if before.endswith("\\") else start
+    return -1 if code[max(0, start - 2):start].startswith("\\") else start
 
 
 def compile_parts(code, start, filename):
+    line_end = code.find("\n", start)
+    line = code[start:line_end if line_end >= 0 else len(code)]
+    word = first_word(line)
+    # A clause of a compound statement, a closing bracket or a backslash continue what is
+    # above; a starred expression cannot be compiled alone as one; a decorator leads a def.
+    if word in CLAUSE_WORDS or line[0] in ")]}*\\@":
+        return None
     codes = ()
     tail = code[start:]
     if start:
@@ -554,20 +567,22 @@ def compile_parts(code, start, filename):
         except SyntaxError:
             return None   # the line continues something begun above it
         tail = "\n" * code.count("\n", 0, start) + tail   # line numbers as in the cell
-    line_end = code.find("\n", start)
-    line = code[start:line_end if line_end >= 0 else len(code)]
-    word = line[:len(line) - len(line.lstrip(NAME_CHARS))]
-    if word in CLAUSE_WORDS:   # the last statement is that compound one
-        return (compile(code, filename, "exec"),), None
     if word not in STATEMENT_WORDS and not plainly_assignment(line):
         try:
             return codes, compile(tail, filename, "eval")
         except SyntaxError:
             pass
     body = compile(tail, filename, "exec")   # a SyntaxError here is the cell's own
-    if codes and "__doc__" in body.co_names:
-        return None   # a string first in the rest would be taken as a docstring
+    if codes and ("__doc__" in body.co_names or "__annotations__" in body.co_names):
+        return None   # taken as the docstring; annotations made before the first part runs
     return codes + (body,), None
+
+
+def first_word(line):
+    """The word of ASCII letters a line starts with; "" when the name goes on past them (a
+    keyword followed by é is a name)."""
+    n = len(line) - len(line.lstrip(NAME_CHARS))
+    return "" if line[n:n + 1].isidentifier() else line[:n]
 
 
 def plainly_assignment(line):
@@ -1111,43 +1126,65 @@ def wait_ready(prefix, timeout):
 # site, when it is needed
 
 class SiteOnDemand:
-    """A last import finder for a driver started with -S (the local backend starts it so): site
-    (its folders, the .pth files in them and the imports those make) costs milliseconds of
-    every sandbox's start, and most cells import only the standard library. The first import
-    that nothing finds runs site, as the start would have, and is tried again; so is the first
-    look for installed distributions (importlib.metadata)."""
+    """The path finder's stand-in, just before it, in a driver started with -S (the local
+    backend starts it so): site (its folders, the .pth files in them and the imports those
+    make) costs milliseconds of every sandbox's start, and most cells import only the standard
+    library. A top-level import that the path finder cannot find, or finds only as a namespace
+    package (a folder of the same name in the working directory would hide an installed
+    package), runs site, as the start would have, and is looked for again; so does the first
+    look for installed distributions (importlib.metadata). Names the standard library probes
+    for on other platforms never run it: site would run in the middle of that import."""
+
+    lock = _thread.RLock()   # re-entered by the imports site itself makes
+    state = None             # None, "running", then the folders site added
 
     @classmethod
     def run_site(cls):
-        sys.meta_path.remove(cls)
-        before = list(sys.path)
-        # The start runs site before "" (the working directory) leads sys.path: site would
-        # make it absolute, and imports would stop following the working directory.
-        sys.path[:] = [p for p in sys.path if p != ""]
-        import site
-        site.main()
-        added = [p for p in sys.path if p not in before]
-        sys.path[:] = before + added
-        return added
+        """The folders site added; "running" for the thread inside site, whose imports reach
+        here too. Other threads wait for site to finish."""
+        with cls.lock:
+            if cls.state is None:
+                cls.state = "running"
+                before = list(sys.path)
+                # The start runs site before "" (the working directory) leads sys.path: site
+                # would make it absolute, and imports would stop following the working folder.
+                sys.path[:] = [p for p in sys.path if p != ""]
+                try:
+                    import site
+                    site.main()
+                finally:
+                    added = [p for p in sys.path if p not in before]
+                    sys.path[:] = before + added
+                    cls.state = added
+            return cls.state
 
     @classmethod
     def find_spec(cls, name, path=None, target=None):
-        if path is not None or not cls.run_site():
-            return None   # a submodule is looked for where its package is
-        for finder in sys.meta_path:
-            spec = finder.find_spec(name, None, target)
-            if spec is not None:
-                return spec
-        return None
+        if path is not None or type(cls.state) is list or name in PLATFORM_PROBES:
+            return None   # the path finder goes on as ever
+        spec = PathFinder.find_spec(name, None, target)
+        if spec is not None and not (spec.origin is None and spec.submodule_search_locations):
+            return spec
+        if type(cls.run_site()) is not list:
+            return spec   # an import site itself makes
+        return PathFinder.find_spec(name, None, target)
 
     @classmethod
     def find_distributions(cls, context):
         added = cls.run_site()
-        if not added:
+        # The path finder, next, reads the folders the context was made with.
+        missing = [p for p in added if p not in context.path] if type(added) is list else ()
+        if not missing:
             return ()
         from importlib.metadata import DistributionFinder, MetadataPathFinder
         return MetadataPathFinder.find_distributions(
-            DistributionFinder.Context(name=context.name, path=added))
+            DistributionFinder.Context(name=context.name, path=missing))
+
+
+# Modules the standard library tries to import on other platforms (its own Windows modules,
+# Jython's org and java packages), never installed here.
+PLATFORM_PROBES = getattr(sys, "stdlib_module_names", frozenset(
+    ("nt", "_winapi", "msvcrt", "winreg", "_overlapped"))) | {"org", "java"}
 
 
 class SiteBuiltin:
@@ -1175,7 +1212,7 @@ def defer_site():
                          ("copyright", "setcopyright"), ("credits", "setcopyright"),
                          ("license", "setcopyright")):
         setattr(builtins, name, SiteBuiltin(name, setter))
-    sys.meta_path.append(SiteOnDemand)
+    sys.meta_path.insert(sys.meta_path.index(PathFinder), SiteOnDemand)
 
 
 def main(argv):

@@ -38,11 +38,11 @@ def read_line(stream, timeout=WAIT):
 class Driver:
     """A driver over stdio, as the local backend runs it."""
 
-    def __init__(self, prelude="", flags=(), env=None):
+    def __init__(self, prelude="", flags=(), env=None, cwd=None):
         self.started = time.perf_counter()
         self.proc = subprocess.Popen([PYTHON, "-u", *flags, "-c", prelude + SOURCE, "--stdio"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, bufsize=0, env=env)
+                                     stderr=subprocess.PIPE, bufsize=0, env=env, cwd=cwd)
         self.ready = json.loads(read_line(self.proc.stdout))
         self.start_seconds = time.perf_counter() - self.started
         self.next_id = 0
@@ -146,11 +146,27 @@ class TestBasics(DriverTest):
             "from math import (\n    pi,\n)\npi": "3.141592653589793\n",
             "def f():\n    return 4\nf()": "4\n", "print(1, end='')\n": "1",
             "from __future__ import annotations\nx: int = 1\nx": "1\n",
+            "x = 1\nx\n   ": "1\n", "x = 1\nx\n\t": "1\n", "passé = [1]\npassé[:1]": "[1]\n",
+            "x = 1\n*range(3),": "(0, 1, 2)\n", "x = 1\x0c\n\x0cx": "1\n", "x = 1\rx": "1\n",
+            "x = 1\nif x:\n    y = 2\nelse:\n    y = 3\ny": "2\n",
         }
         for code, stdout in cases.items():
             self.d.request({"op": "reset"})
             self.assertEqual(self.run_ok(code)["stdout"], stdout, code)
         self.assertTrue(self.run_ok("lambda a=1: a")["stdout"].startswith("<function <lambda>"))
+
+    def test_whole_cell_checks_survive_the_cut(self):
+        # Checks the compiler makes across the whole module; and an annotation made before the
+        # first line runs.
+        self.assertEqual(self.d.execute("x = 1\nglobal x")["error"],
+                         "SyntaxError: name 'x' is assigned to before global declaration (line 2)")
+        self.assertEqual(self.d.execute("1/0\ny: int = 5")["error"],
+                         "ZeroDivisionError: division by zero")
+        self.assertEqual(self.run_ok("print('__annotations__' in globals())")["stdout"], "True\n")
+
+    def test_a_warning_is_shown_once(self):
+        ev = self.run_ok("x = 'a'\nif x is 'a':\n    y = 1\nelse:\n    y = 2")
+        self.assertEqual(ev["stderr"].count("SyntaxWarning"), 1, ev["stderr"])
 
     def test_line_numbers_survive_the_cut(self):
         for code, line in (("a = 1\nb = 2\n\nraise ValueError('v')", 4), ("a = 1\n\n1/0", 3),
@@ -222,7 +238,7 @@ class TestSiteOnDemand(unittest.TestCase):
         version = "python%d.%d" % tuple(json.loads(subprocess.run(
             [PYTHON, "-c", "import sys, json; print(json.dumps(sys.version_info[:2]))"],
             capture_output=True, text=True, check=True).stdout))
-        site_dir = os.path.join(base, "lib", version, "site-packages")
+        self.site_dir = site_dir = os.path.join(base, "lib", version, "site-packages")
         os.makedirs(os.path.join(site_dir, "probe_dist-1.0.dist-info"))
         with open(os.path.join(site_dir, "rlm_probe.py"), "w") as f:
             f.write("VALUE = 42\n")
@@ -232,7 +248,7 @@ class TestSiteOnDemand(unittest.TestCase):
             f.write("Metadata-Version: 2.1\nName: probe-dist\nVersion: 1.0\n")
         # The user site folder is one site adds; PYTHONUSERBASE puts it here.
         env = dict(os.environ, PYTHONUSERBASE=base)
-        self.d = Driver(flags=["-S"], env=env)
+        self.d = Driver(flags=["-S"], env=env, cwd=base)
         self.addCleanup(self.d.close)
         self.other = Driver(flags=["-S"], env=env)
         self.addCleanup(self.other.close)
@@ -253,6 +269,31 @@ class TestSiteOnDemand(unittest.TestCase):
         ev = self.d.execute("import no_such_module_anywhere")
         self.assertEqual(ev["error"], "ModuleNotFoundError: No module named "
                                       "'no_such_module_anywhere'")
+
+    def test_standard_library_probes_do_not_run_site(self):
+        # pathlib, copy, subprocess... look for Windows and Jython modules: site must not run
+        # in the middle of them (a .pth file needing the half-made module would fail).
+        self.assertEqual(self.run_ok(self.d, "import pathlib, copy, pickle, subprocess, zipfile, "
+                                     "sys\nprint('site' in sys.modules)"), "False\n")
+
+    def test_a_folder_in_the_working_directory_does_not_hide_a_package(self):
+        # Found first as a namespace package (a folder without __init__.py), the name is looked
+        # for again once site has run, as it would have been with site at the start.
+        with open(os.path.join(self.site_dir, "shadowed.py"), "w") as f:
+            f.write("REAL = True\n")
+        self.run_ok(self.d, "import posix\nposix.mkdir('shadowed')")
+        self.assertEqual(self.run_ok(self.d, "import shadowed\nprint(shadowed.REAL)"), "True\n")
+
+    def test_threads_importing_at_first_use(self):
+        # Every thread's import waits for the one that runs site, then finds its module.
+        for k in range(8):
+            with open(os.path.join(self.site_dir, f"probe_t{k}.py"), "w") as f:
+                f.write(f"K = {k}\n")
+        code = ("import threading\nbar = threading.Barrier(8)\ngot = []\n"
+                "def load(k):\n    bar.wait()\n    got.append(__import__(f'probe_t{k}').K)\n"
+                "ts = [threading.Thread(target=load, args=(k,)) for k in range(8)]\n"
+                "for t in ts: t.start()\nfor t in ts: t.join()\nprint(sorted(got))")
+        self.assertEqual(self.run_ok(self.d, code), str(list(range(8))) + "\n")
 
     def test_distributions_and_site_builtins(self):
         self.assertEqual(self.run_ok(self.other, "import importlib.metadata as m\n"
