@@ -59,7 +59,9 @@ Execute semantics
 - error is "Type: message" ("SyntaxError: msg (line L)" for syntax errors); traceback shows
   only frames outside the driver, with source lines from cells named <rlm-cell-K>.
 - timeout: SIGALRM raises TimeoutError("execution exceeded S seconds") in the user's code and
-  sets timed_out; globals are kept. Time spent waiting for replies does not count.
+  sets timed_out; globals are kept. Time spent waiting for replies does not count. It fires no
+  sooner than S seconds and at most 50 ms (and a tenth of S) later: one timer can then serve
+  many quick blocks in a row.
 - Helpers (builtins of the namespace, so they survive reset, never show up in variables, and a
   user global of the same name only shadows them): SUBMIT, llm_query(prompt, model=None),
   llm_query_batched(prompts, model=None), rlm_query(task, context=None), budget(), add_buffer(name,
@@ -101,6 +103,7 @@ READ_CHUNK = 1 << 20
 # counts address space, so bytes() (calloc: pages never touched) holds it back for free, where
 # a bytearray's zeroing cost 6 ms of every start.
 RESERVE_BYTES = 8 << 20
+TIMER_SLACK = 0.05   # seconds a timeout may fire late, at most a tenth of it (Session.arm_timer)
 # A client that connects but never sends must not wedge the server for good.
 CONNECTION_TIMEOUT = 60.0
 UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
@@ -638,7 +641,7 @@ class Session:
         self.late_alarm = False
         self.reserve = bytes(RESERVE_BYTES)
         self.alarm_handler = self.on_alarm   # one object, so a check by identity finds it
-        self.timer_armed = False
+        self.timer_end = None   # when the armed timer runs out (time.monotonic), if it is
         _signal.signal(_signal.SIGALRM, self.alarm_handler)
 
     def new_namespace(self):
@@ -654,6 +657,7 @@ class Session:
         posix._exit(0)
 
     def on_alarm(self, signum, frame):
+        self.timer_end = None   # it ran out
         if self.in_protocol:
             self.late_alarm = True
             return
@@ -833,20 +837,22 @@ class Session:
     def run(self, code, filename, timeout):
         codes, last = compile_cell(code, filename)
         self.timed_out = False
-        # One timer call a block: the timer is armed here and left to run out after it (our
-        # handler then only notes a late alarm: it is put back below whenever the code replaced
-        # it, so it is ours here); a block without a timeout stops an earlier one. A late alarm
-        # noted before the arming belongs to an earlier block and is forgotten after it.
+        # The timer is left to run out after a block (our handler then only notes a late
+        # alarm: it is put back below whenever the code replaced it, so it is ours here); a
+        # block without a timeout stops an earlier one. A late alarm noted before this block
+        # belongs to an earlier one and is forgotten.
+        self.late_alarm = False
         if timeout:
             self.timeout = timeout
-            _signal.setitimer(_signal.ITIMER_REAL, timeout)
-            self.timer_armed = True
-        elif self.timer_armed:
+            self.arm_timer(timeout)
+        elif self.timer_end is not None:
             _signal.setitimer(_signal.ITIMER_REAL, 0)
-            self.timer_armed = False
-        self.late_alarm = False
+            self.timer_end = None
         self.in_protocol = False
         try:
+            if self.late_alarm:   # a kept timer ran out while this block was being set up
+                self.timed_out = True
+                raise TimeoutError(f"execution exceeded {timeout:.3g} seconds")
             for body in codes:
                 exec(body, self.ns)
             if last is not None:
@@ -857,6 +863,21 @@ class Session:
             self.in_protocol = True
             if _signal.getsignal(_signal.SIGALRM) is not self.alarm_handler:
                 _signal.signal(_signal.SIGALRM, self.alarm_handler)
+
+    def arm_timer(self, timeout):
+        """Arms the timer for a block of `timeout` seconds, a little late (TIMER_SLACK), or
+        keeps the armed one when it runs out no sooner than the block's time and at most that
+        slack later: quick blocks in a row then make no timer call each (the host's timeout
+        for a block is the sandbox's time left, unless execute_timeout is shorter). Kept only
+        while the code has not imported signal, through which it could have moved the timer."""
+        slack = min(TIMER_SLACK, timeout / 10)
+        now = time.monotonic()
+        end = self.timer_end
+        if end is not None and now + timeout <= end <= now + timeout + slack and \
+                "signal" not in sys.modules:
+            return
+        _signal.setitimer(_signal.ITIMER_REAL, timeout + slack)
+        self.timer_end = now + timeout + slack
 
     def restore_streams(self):
         """Flushes the user's streams and puts back ours, in case the code replaced them."""
@@ -928,6 +949,7 @@ class Session:
                 raise RuntimeError(f"{kind} can only be used while a block runs")
             self.in_protocol = True
             left = _signal.setitimer(_signal.ITIMER_REAL, 0)[0]
+            self.timer_end = None
             try:
                 self.transport.send(line)
                 return self.await_reply()
@@ -938,6 +960,7 @@ class Session:
                     left = 1e-6
                 if left > 0:
                     _signal.setitimer(_signal.ITIMER_REAL, left)
+                    self.timer_end = time.monotonic() + left
 
     def await_reply(self):
         while True:

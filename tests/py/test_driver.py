@@ -500,6 +500,33 @@ class TestErrors(DriverTest):
         time.sleep(0.3)
         self.assertEqual(self.run_ok("time.sleep(0.05)")["error"], None)
 
+    def test_a_timer_kept_across_quick_blocks_still_stops_a_long_one(self):
+        # Quick blocks in a row keep the timer armed by the first (no timer call each); the
+        # block that runs long is stopped no sooner than its timeout, and at most 50 ms later.
+        for timeout in (0.5, 0.3):
+            for _ in range(5):
+                self.run_ok("pass", timeout=timeout)
+            started = time.perf_counter()
+            ev = self.d.execute("while True:\n    pass", timeout=timeout)
+            took = time.perf_counter() - started
+            self.assertEqual(ev["error"], f"TimeoutError: execution exceeded {timeout} seconds")
+            self.assertGreaterEqual(took, timeout)
+            self.assertLess(took, timeout + 0.5)
+        # The host's timeout shrinking with the sandbox's time left keeps the same end.
+        end = time.monotonic() + 0.4
+        for _ in range(3):
+            self.run_ok("pass", timeout=round(end - time.monotonic(), 3))
+        ev = self.d.execute("while True:\n    pass", timeout=round(end - time.monotonic(), 3))
+        self.assertTrue(ev["timed_out"])
+
+    def test_code_that_cancels_the_timer_does_not_escape_the_next_timeout(self):
+        self.run_ok("pass", timeout=0.5)
+        self.run_ok("import signal\nsignal.setitimer(signal.ITIMER_REAL, 0)", timeout=0.5)
+        started = time.perf_counter()
+        ev = self.d.execute("while True:\n    pass", timeout=0.5)
+        self.assertTrue(ev["timed_out"])
+        self.assertLess(time.perf_counter() - started, 1.5)
+
     def test_user_timeout_error_is_not_timed_out(self):
         ev = self.d.execute("raise TimeoutError('mine')", timeout=5)
         self.assertEqual(ev["error"], "TimeoutError: mine")
