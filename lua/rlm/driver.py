@@ -61,7 +61,8 @@ Execute semantics
 - timeout: SIGALRM raises TimeoutError("execution exceeded S seconds") in the user's code and
   sets timed_out; globals are kept. Time spent waiting for replies does not count. It fires no
   sooner than S seconds and at most 50 ms (and a tenth of S) later: one timer can then serve
-  many quick blocks in a row.
+  many quick blocks in a row. Code that stops the timer around the signal module (through
+  _signal or ctypes) is stopped by the host instead, which restarts the driver.
 - Helpers (builtins of the namespace, so they survive reset, never show up in variables, and a
   user global of the same name only shadows them): SUBMIT, llm_query(prompt, model=None),
   llm_query_batched(prompts, model=None), rlm_query(task, context=None), budget(), add_buffer(name,
@@ -87,6 +88,7 @@ import sys
 import time
 import _signal
 import _thread
+from time import monotonic   # the driver's own: code may replace time.monotonic (freezegun)
 from _frozen_importlib_external import PathFinder   # importlib.machinery's, without its 0.8 ms
 
 DEFAULT_OUTPUT_CHARS = 10000
@@ -641,7 +643,8 @@ class Session:
         self.late_alarm = False
         self.reserve = bytes(RESERVE_BYTES)
         self.alarm_handler = self.on_alarm   # one object, so a check by identity finds it
-        self.timer_end = None   # when the armed timer runs out (time.monotonic), if it is
+        self.timer_end = None   # when the armed timer runs out (monotonic()), if it is
+        self.block_running = False   # between the start and the end of the code of a block
         _signal.signal(_signal.SIGALRM, self.alarm_handler)
 
     def new_namespace(self):
@@ -657,7 +660,8 @@ class Session:
         posix._exit(0)
 
     def on_alarm(self, signum, frame):
-        self.timer_end = None   # it ran out
+        if self.timer_end is not None and monotonic() >= self.timer_end:
+            self.timer_end = None   # it ran out (a SIGALRM may also come from elsewhere)
         if self.in_protocol:
             self.late_alarm = True
             return
@@ -839,20 +843,18 @@ class Session:
         self.timed_out = False
         # The timer is left to run out after a block (our handler then only notes a late
         # alarm: it is put back below whenever the code replaced it, so it is ours here); a
-        # block without a timeout stops an earlier one. A late alarm noted before this block
-        # belongs to an earlier one and is forgotten.
-        self.late_alarm = False
+        # block without a timeout stops an earlier one. A late alarm noted before the timer is
+        # armed (or kept: it then runs out no sooner than this block's time) belongs to an
+        # earlier block and is forgotten.
         if timeout:
             self.timeout = timeout
             self.arm_timer(timeout)
         elif self.timer_end is not None:
             _signal.setitimer(_signal.ITIMER_REAL, 0)
             self.timer_end = None
-        self.in_protocol = False
+        self.late_alarm = False
+        self.block_running, self.in_protocol = True, False
         try:
-            if self.late_alarm:   # a kept timer ran out while this block was being set up
-                self.timed_out = True
-                raise TimeoutError(f"execution exceeded {timeout:.3g} seconds")
             for body in codes:
                 exec(body, self.ns)
             if last is not None:
@@ -860,7 +862,8 @@ class Session:
                 if value is not None:
                     print(repr(value))
         finally:
-            self.in_protocol = True
+            with self.io_lock:   # a call a thread of the code makes reads it
+                self.block_running, self.in_protocol = False, True
             if _signal.getsignal(_signal.SIGALRM) is not self.alarm_handler:
                 _signal.signal(_signal.SIGALRM, self.alarm_handler)
 
@@ -871,13 +874,13 @@ class Session:
         for a block is the sandbox's time left, unless execute_timeout is shorter). Kept only
         while the code has not imported signal, through which it could have moved the timer."""
         slack = min(TIMER_SLACK, timeout / 10)
-        now = time.monotonic()
+        now = monotonic()
         end = self.timer_end
         if end is not None and now + timeout <= end <= now + timeout + slack and \
                 "signal" not in sys.modules:
             return
+        self.timer_end = now + timeout + slack   # taken before: it never runs out sooner
         _signal.setitimer(_signal.ITIMER_REAL, timeout + slack)
-        self.timer_end = now + timeout + slack
 
     def restore_streams(self):
         """Flushes the user's streams and puts back ours, in case the code replaced them."""
@@ -954,13 +957,15 @@ class Session:
                 self.transport.send(line)
                 return self.await_reply()
             finally:
-                self.in_protocol = False
-                if self.late_alarm:  # re-fire at once, so it lands in the main thread
-                    self.late_alarm = False
-                    left = 1e-6
-                if left > 0:
-                    _signal.setitimer(_signal.ITIMER_REAL, left)
-                    self.timer_end = time.monotonic() + left
+                # A thread's call may end after the block did: the timer then stays stopped.
+                if self.block_running:
+                    self.in_protocol = False
+                    if self.late_alarm:  # re-fire at once, so it lands in the main thread
+                        self.late_alarm = False
+                        left = 1e-6
+                    if left > 0:   # the end is taken before: the timer never runs out sooner
+                        self.timer_end = monotonic() + left
+                        _signal.setitimer(_signal.ITIMER_REAL, left)
 
     def await_reply(self):
         while True:

@@ -519,6 +519,44 @@ class TestErrors(DriverTest):
         ev = self.d.execute("while True:\n    pass", timeout=round(end - time.monotonic(), 3))
         self.assertTrue(ev["timed_out"])
 
+    def test_a_timer_running_out_between_blocks_stops_no_later_block(self):
+        # A block's timer left to run out fires while the next block is being set up; the
+        # next block (with or without a timeout of its own) must not be stopped by it.
+        for k in range(3000):
+            first = {"op": "execute", "id": 1, "code": "pass", "timeout": 0.00002 + k % 30 * 2e-5}
+            second = {"op": "execute", "id": 2, "code": "pass"}
+            if k % 2:
+                second["timeout"] = 5
+            self.d.proc.stdin.write((json.dumps(first) + "\n" + json.dumps(second) + "\n").encode())
+            self.d.event()
+            ev = self.d.event()
+            self.assertIsNone(ev["error"], (k, ev["error"]))
+
+    def test_a_sigalrm_from_elsewhere_leaves_the_timer_alone(self):
+        # The code (or another process) sends SIGALRM: the timer still runs, and a block
+        # without a timeout after it stops it rather than being stopped by it.
+        ev = self.run_ok("import os\ntry:\n    os.kill(os.getpid(), 14)\nexcept TimeoutError:\n"
+                         "    print('caught')", timeout=0.3)
+        self.assertEqual(ev["stdout"], "caught\n")
+        self.assertIsNone(self.run_ok("import time\ntime.sleep(0.5)")["error"])
+
+    def test_code_that_replaces_time_monotonic_does_not_move_the_timer(self):
+        self.run_ok("import time\nreal = time.monotonic\ntime.monotonic = lambda: 1000.0")
+        self.run_ok("pass", timeout=1)
+        time.sleep(0.5)   # a frozen clock would keep that block's timer for the next one
+        self.assertIsNone(self.run_ok("time.sleep(0.6)", timeout=1)["error"])
+        self.run_ok("time.monotonic = real")
+
+    def test_a_thread_call_that_ends_after_its_block_leaves_the_driver_well(self):
+        rid = self.d.start("import threading\nthreading.Thread(target=lambda: llm_query('q'))"
+                           ".start()", timeout=0.3)
+        self.assertEqual(self.d.event()["ev"], "call")
+        time.sleep(0.1)
+        ev = self.d.request({"op": "reply", "id": rid, "results": ["a"]})
+        self.assertEqual(ev["ev"], "done")
+        time.sleep(0.5)   # past the block's timeout, with the driver waiting for a request
+        self.assertEqual(self.d.request({"op": "ping"}), {"ev": "pong"})
+
     def test_code_that_cancels_the_timer_does_not_escape_the_next_timeout(self):
         self.run_ok("pass", timeout=0.5)
         self.run_ok("import signal\nsignal.setitimer(signal.ITIMER_REAL, 0)", timeout=0.5)
