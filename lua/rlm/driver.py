@@ -1209,8 +1209,8 @@ class SiteOnDemand:
             DistributionFinder.Context(name=context.name, path=missing))
 
 
-# Modules the standard library tries to import on other platforms (its own Windows modules,
-# Jython's org and java packages), never installed here.
+# Names never looked for in site folders: the standard library's (those missing here are the
+# ones it tries on other platforms, as its Windows modules) and Jython's org and java packages.
 PLATFORM_PROBES = getattr(sys, "stdlib_module_names", frozenset(
     ("nt", "_winapi", "msvcrt", "winreg", "_overlapped"))) | {"org", "java"}
 
