@@ -407,8 +407,6 @@ class Capture:
 # Types whose values have no length and a short repr (an int's may fail past 4,300 digits:
 # preview() catches that).
 SCALARS = frozenset((int, float, bool, type(None)))
-# The names a fresh namespace starts with (all dunders): one lookup skips them.
-MODULE_NAMES = frozenset(vars(ModuleType("__main__"))) | {"__builtins__"}
 SHORT_INT = 10 ** (PREVIEW_CHARS - 2)   # an int whose repr fits a preview
 
 
@@ -632,7 +630,7 @@ class Session:
         self.stderr = Capture(2, capture_dir)
         self.streams = (sys.stdout, sys.stderr)
         self.request_id = None
-        self.output_names = ["answer"]
+        self.output_names = DEFAULT_OUTPUT_NAMES
         self.max_submit_bytes = None
         self.payload_min = None
         self.running = False
@@ -790,7 +788,8 @@ class Session:
             self.running = False
 
         final = self.ns.get("Final", MISSING)
-        if error is None and submitted is None and final is not final_before and names == ["answer"]:
+        if error is None and submitted is None and final is not final_before and \
+                names == DEFAULT_OUTPUT_NAMES:
             try:
                 submitted = self.check_submit({"answer": self.field_text(final, "Final")})
             except (TypeError, ValueError) as e:
@@ -916,7 +915,7 @@ class Session:
         rows, seen = [], 0
         for name, value in items:
             seen += 1
-            if name in MODULE_NAMES or name[:2] == "__" == name[-2:]:
+            if name[:2] == "__" == name[-2:]:
                 continue
             kind = type(value)
             if kind in SCALARS:   # the common case, without the general walk

@@ -72,7 +72,7 @@ for _, path in ipairs(require("rlm.core.host").resources("lua/rlm/backend/")) do
   if name and name ~= "common" then M.backends[name] = "rlm.backend." .. name end
 end
 
-local NO_OPTIONS = {}   -- opts when none are given; never written
+local EMPTY = {}   -- opts or variables when none are given; never written
 
 M.defaults = {backend = "local", timeout = 900, max_output_chars = 10000, network = false}
 
@@ -379,7 +379,7 @@ function Interp:execute(code, variables, opts)
   end
   if self.busy then error("this interpreter is already running code (one execute at a time)", 2) end
   if not self.sandbox then self:start() end
-  opts = opts or NO_OPTIONS
+  opts = opts or EMPTY
   local timeout = opts.timeout or self.opts.execute_timeout
   local left = self.opts.timeout - (sys.now() - self.started_at)
   if left <= 0 then
@@ -395,7 +395,7 @@ function Interp:execute(code, variables, opts)
   local req = {op = "execute", id = self.request_id, code = code, timeout = timeout,
                max_output_chars = self.opts.max_output_chars,
                max_submit_bytes = self.opts.limits.submit}
-  for k in pairs(variables or NO_OPTIONS) do
+  for k in pairs(variables or EMPTY) do
     if type(k) ~= "string" or not k:match("^[%a_][%w_]*$") then
       error(("execute: variables must be name = value with Python names as keys (got %s %s)")
         :format(type(k), tostring(k)), 2)

@@ -452,6 +452,7 @@ end
 
 -- Raw bytes after a line (the driver's docstring): this backend carries them both ways.
 M.payloads = true
+local NO_PAYLOADS = {}   -- never written
 
 -- Reads the payloads an event announces into payload.data, by `deadline` (a sys.now() time);
 -- nil, err, kind when they cannot be. The announcement is the code's to forge: each size is
@@ -487,13 +488,8 @@ end
 function Sandbox:request(req, timeout, payloads)
   if not self.proc then return nil, "the sandbox's driver is not running", "dead" end
   if req then
-    local line = type(req) == "string" and req or json.encode(req)
-    local ok
-    if payloads then
-      ok = self.proc:write(line, "\n", table.unpack(payloads))
-    else
-      ok = self.proc:write(line, "\n")
-    end
+    local ok = self.proc:write(type(req) == "string" and req or json.encode(req), "\n",
+                               table.unpack(payloads or NO_PAYLOADS))
     if not ok then return nil, self:died_message(), "dead" end
   end
   local deadline = sys.now() + timeout    -- the event and its payloads together
