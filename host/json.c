@@ -320,6 +320,12 @@ static int decode_literal(struct decoder *d, const char *word, size_t n)
     return 1;
 }
 
+/* The items of a container wait on the Lua stack, up to DECODE_BATCH of them, and its table
+ * is made at their count when it closes: a small object or array (nearly every one) is never
+ * rehashed as it fills. A bigger one gets a table at the batch's size and the rest go straight
+ * in, Lua growing it as before. */
+#define DECODE_BATCH 32
+
 static int enter(struct decoder *d)
 {
     if (++d->depth > JSON_MAX_DEPTH) {
@@ -327,18 +333,19 @@ static int enter(struct decoder *d)
         snprintf(msg, sizeof msg, "nesting deeper than %d levels", JSON_MAX_DEPTH);
         return fail_at(d, d->p, msg);
     }
-    if (!lua_checkstack(d->L, 4))
+    if (!lua_checkstack(d->L, 2 * DECODE_BATCH + 4))
         return fail_at(d, d->p, "out of Lua stack");
     return 1;
 }
 
-/* Opens the array or object at d->p (a new table; the bracket and the space after it are
- * skipped). 1 when items follow, 0 when close ends it at once, -1 after an error. */
+/* Opens the array or object at d->p (a nil holds the slot of its table; the bracket and the
+ * space after it are skipped). 1 when items follow, 0 when close ends it at once, -1 after an
+ * error. */
 static int open_container(struct decoder *d, char close)
 {
     if (!enter(d))
         return -1;
-    lua_createtable(d->L, 0, 0);
+    lua_pushnil(d->L);
     d->p++;
     skip_space(d);
     if (d->p < d->end && *d->p == close) {
@@ -366,6 +373,30 @@ static int next_item(struct decoder *d, char close)
     return 0;
 }
 
+/* Makes the table of the container at slot base, at the size of the items waiting above it
+ * (array items, or key and value pairs), and moves them in, in order: a repeated key keeps
+ * its last value. */
+static void make_table(lua_State *L, int base, int is_array)
+{
+    int waiting = lua_gettop(L) - base;
+    if (is_array) {
+        lua_createtable(L, waiting, 0);
+        for (int i = 1; i <= waiting; i++) {
+            lua_pushvalue(L, base + i);
+            lua_rawseti(L, -2, i);
+        }
+    } else {
+        lua_createtable(L, 0, waiting / 2);
+        for (int i = 1; i < waiting; i += 2) {
+            lua_pushvalue(L, base + i);
+            lua_pushvalue(L, base + i + 1);
+            lua_rawset(L, -3);
+        }
+    }
+    lua_replace(L, base);
+    lua_settop(L, base);
+}
+
 /* Marks the finished container (on top) as an array or object for the encoder. */
 static int close_container(struct decoder *d, int mt)
 {
@@ -378,18 +409,29 @@ static int close_container(struct decoder *d, int mt)
 static int decode_array(struct decoder *d)
 {
     int more = open_container(d, ']');
+    int base = lua_gettop(d->L), made = 0;
     for (lua_Integer n = 1; more > 0; n++) {
         if (!decode_value(d))
             return 0;
-        lua_rawseti(d->L, -2, n);
+        if (made) {
+            lua_rawseti(d->L, base, n);
+        } else if (n == DECODE_BATCH) {
+            make_table(d->L, base, 1);
+            made = 1;
+        }
         more = next_item(d, ']');
     }
-    return more == 0 && close_container(d, d->array_mt);
+    if (more < 0)
+        return 0;
+    if (!made)
+        make_table(d->L, base, 1);
+    return close_container(d, d->array_mt);
 }
 
 static int decode_object(struct decoder *d)
 {
     int more = open_container(d, '}');
+    int base = lua_gettop(d->L), made = 0, pairs = 0;
     while (more > 0) {
         if (d->p >= d->end)
             return fail_at(d, d->p, "unexpected end of input");
@@ -405,10 +447,19 @@ static int decode_object(struct decoder *d)
         d->p++;
         if (!decode_value(d))
             return 0;
-        lua_rawset(d->L, -3);
+        if (made) {
+            lua_rawset(d->L, base);
+        } else if (++pairs == DECODE_BATCH) {
+            make_table(d->L, base, 0);
+            made = 1;
+        }
         more = next_item(d, '}');
     }
-    return more == 0 && close_container(d, d->object_mt);
+    if (more < 0)
+        return 0;
+    if (!made)
+        make_table(d->L, base, 0);
+    return close_container(d, d->object_mt);
 }
 
 static int decode_value(struct decoder *d)

@@ -53,6 +53,40 @@ tests["empty arrays and objects round-trip"] = function()
   T.truthy(getmetatable(json.decode("[1]")) == json.array_mt)
 end
 
+tests["containers of every size decode whole and in order, a repeated key keeps its last value"] = function()
+  -- Items wait on the stack in batches before their table is made (host/json.c): sizes on
+  -- both sides of the batch, nested, and repeats inside and across it.
+  for _, n in ipairs{0, 1, 31, 32, 33, 64, 65, 1000} do
+    local items, members = {}, {}
+    for i = 1, n do
+      items[i] = ("[%d,{\"i\":%d}]"):format(i, i)
+      members[i] = ('"k%d":[%d]'):format(i, i)
+    end
+    local arr = assert(json.decode("[" .. table.concat(items, ",") .. "]"))
+    local obj = assert(json.decode("{" .. table.concat(members, ",") .. "}"))
+    T.eq(#arr, n, "array of " .. n)
+    local count = 0
+    for _ in pairs(obj) do count = count + 1 end
+    T.eq(count, n, "object of " .. n)
+    for i = 1, n do
+      T.eq(arr[i][1], i)
+      T.eq(arr[i][2].i, i)
+      T.eq(obj["k" .. i][1], i)
+    end
+    T.eq(json.is_array(arr), true)
+    T.eq(json.encode(json.decode(json.encode(obj, {sort_keys = true})), {sort_keys = true}),
+         json.encode(obj, {sort_keys = true}))
+  end
+  for _, at in ipairs{2, 31, 32, 33, 40} do
+    local members = {'"dup":"first"'}
+    for i = 2, at - 1 do members[#members + 1] = ('"m%d":%d'):format(i, i) end
+    members[#members + 1] = '"dup":"last"'
+    T.eq(json.decode("{" .. table.concat(members, ",") .. "}").dup, "last", "repeat at " .. at)
+  end
+  local deep = string.rep("[", 1000) .. string.rep("]", 1000)
+  T.truthy(json.decode(deep), "1000 levels decode")
+end
+
 tests["is_array tells how a table would encode"] = function()
   T.eq(json.is_array({1, 2}), true)
   T.eq(json.is_array(json.decode("[]")), true)
