@@ -616,11 +616,11 @@ static void on_exit_fd(void *ud, int fd, short revents)
     loop_ready(p->lp, p->id);
 }
 
-static void flush_input(struct process *p);
+static void flush_input(struct process *p, int from_loop);
 
 static void on_writable(void *ud, int fd, short revents)
 {
-    flush_input(ud);
+    flush_input(ud, 1);
 }
 
 /* Takes n written bytes off the front of stdin's queue. */
@@ -645,8 +645,11 @@ static void drop_input(struct process *p)
     p->head_off = p->pending = 0;
 }
 
-/* Writes what the pipe takes now, many pieces a call; the rest waits for POLLOUT. */
-static void flush_input(struct process *p)
+/* Writes what the pipe takes now, many pieces a call; the rest waits for POLLOUT. Progress
+ * made from the loop (from_loop) makes the process's op ready, for a waiter on stdin to drain;
+ * a write that went whole from p:write does not: its caller knows, and a reader waiting on the
+ * same op would only wake up for nothing (one more trip through the loop per request). */
+static void flush_input(struct process *p, int from_loop)
 {
     while (p->pending > 0 && p->in_fd >= 0) {
         struct iovec iov[16];
@@ -673,7 +676,8 @@ static void flush_input(struct process *p)
     }
     if (p->in_fd >= 0)
         loop_unwatch(p->lp, p->in_fd);
-    loop_ready(p->lp, p->id);
+    if (from_loop)
+        loop_ready(p->lp, p->id);
 }
 
 /* Unpins the strings written since the last call (it needs L, which loop callbacks lack). */
@@ -1178,7 +1182,7 @@ static int p_write(lua_State *L)
     for (int i = 2; i <= n; i++)
         if (queue_input(L, p, i) != 0)
             return luaL_error(L, "out of memory");
-    flush_input(p);
+    flush_input(p, 0);
     lua_pushboolean(L, 1);
     return 1;
 }

@@ -84,6 +84,22 @@ function M.current()
   return tasks[coroutine.running()]
 end
 
+-- The main program's wait for w.fired: runs ready tasks and polls the loop, until w fires or
+-- `deadline` (a loop.now() time) passes. No timer op: the poll's own timeout serves.
+local function drive(w, deadline)
+  while true do
+    run_runnable()
+    if w.fired then return end
+    local wait = 1.0
+    if deadline then
+      wait = deadline - loop.now()
+      wait = wait < 0 and 0 or wait < 1.0 and wait or 1.0
+    end
+    for _, ready in ipairs(loop.poll(wait)) do dispatch(ready) end
+    if w.fired or deadline and loop.now() >= deadline then return end
+  end
+end
+
 --- Waits until op `id` is ready. With `timeout` (seconds) returns nil, "timeout" if it passes
 -- first; otherwise returns true.
 function M.await(id, timeout)
@@ -91,34 +107,24 @@ function M.await(id, timeout)
     pending[id] = nil
     return true
   end
-  local timer = timeout and loop.timer(timeout)
   local task = M.current()
-  local got
-  if task then
-    waiting[id] = task
-    if timer then waiting[timer] = task end
-    repeat
-      got = coroutine.yield(AWAIT)
-    until got == id or got == timer
-    waiting[id] = nil
-  else
+  if not task then
     local w = {}
     waiting[id] = w
-    if timer then waiting[timer] = w end
-    local ok, err = pcall(function()
-      while not w.fired do
-        run_runnable()
-        if w.fired then break end
-        for _, ready in ipairs(loop.poll(1.0)) do dispatch(ready) end
-      end
-    end)
+    local ok, err = pcall(drive, w, timeout and loop.now() + timeout)
     if waiting[id] == w then waiting[id] = nil end
-    if not ok then
-      if timer then waiting[timer] = nil; loop.cancel(timer) end
-      error(err, 0)
-    end
-    got = w.fired
+    if not ok then error(err, 0) end
+    if w.fired then return true end
+    return nil, "timeout"
   end
+  local timer = timeout and loop.timer(timeout)
+  waiting[id] = task
+  if timer then waiting[timer] = task end
+  local got
+  repeat
+    got = coroutine.yield(AWAIT)
+  until got == id or got == timer
+  waiting[id] = nil
   if timer then
     waiting[timer] = nil
     loop.cancel(timer)

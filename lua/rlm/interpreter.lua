@@ -205,7 +205,12 @@ function M.new(opts)
   merged.limits = limits.resolve(merged.limits, 2)
   if backend.check then backend.check(merged) end
   merged.execute_timeout = merged.execute_timeout or merged.timeout
-  return setmetatable({opts = merged, backend = backend, on_call = merged.on_call}, Interp)
+  -- What every execute request ends with: the settings that stay the same for its lifetime.
+  local tail = (',"max_output_chars":%d,"max_submit_bytes":%s'):format(merged.max_output_chars,
+    json.encode(merged.limits.submit))
+  if backend.payloads then tail = tail .. ',"payload_min":' .. PAYLOAD_MIN end
+  return setmetatable({opts = merged, backend = backend, on_call = merged.on_call,
+                       request_tail = tail .. "}"}, Interp)
 end
 
 local function closed_error()
@@ -389,35 +394,25 @@ function Interp:execute(code, variables, opts)
   timeout = math.min(timeout, left)
   local deadline = opts.deadline
   if deadline then timeout = math.max(0.05, math.min(timeout, deadline - sys.now())) end
-  self.request_id = (self.request_id or 0) + 1
+  local id = (self.request_id or 0) + 1
+  self.request_id = id
   -- In whole milliseconds: a number of a few digits is quicker to write and to read.
   timeout = math.max(0.001, math.floor(timeout * 1000 + 0.5) / 1000)
-  local req = {op = "execute", id = self.request_id, code = code, timeout = timeout,
-               max_output_chars = self.opts.max_output_chars,
-               max_submit_bytes = self.opts.limits.submit}
-  for k in pairs(variables or EMPTY) do
-    if type(k) ~= "string" or not k:match("^[%a_][%w_]*$") then
-      error(("execute: variables must be name = value with Python names as keys (got %s %s)")
-        :format(type(k), tostring(k)), 2)
-    end
+  local line, payloads
+  if variables == nil and opts.output_names == nil then
+    -- The common request, code alone, put together from its parts: no table to build and walk.
+    line = '{"op":"execute","id":' .. id .. ',"timeout":' .. json.encode(timeout) ..
+           ',"code":' .. json.encode(code) .. self.request_tail
+  else
+    line, payloads = self:full_request(id, code, timeout, variables, opts.output_names)
   end
-  local payloads
-  if self.backend.payloads then
-    req.payload_min = PAYLOAD_MIN
-    if variables then variables, payloads, req.payloads = split_payloads(variables) end
-  end
-  if variables and next(variables) ~= nil then req.variables = json.object(variables) end
-  if opts.output_names then req.output_names = json.array(opts.output_names) end
-  -- Encoded once, here: a big variable is not copied again on its way to the sandbox.
-  local encoded, line = pcall(json.encode, req)
-  if not encoded then error("execute: variables must be JSON values: " .. tostring(line), 2) end
   local lost = self.stale
   if lost then
     self.stale = false
     self:restart_driver()
   end
   self.busy = true
-  local ok, out, run = pcall(self.exchange, self, line, req.id, timeout, deadline, payloads)
+  local ok, out, run = pcall(self.exchange, self, line, id, timeout, deadline, payloads)
   self.busy = false
   if not ok then
     -- Interrupted mid-dialogue (an interrupt, a protocol fault): the driver may still be
@@ -430,6 +425,30 @@ function Interp:execute(code, variables, opts)
   end
   if lost then run.state_lost = true end
   return out, run
+end
+
+-- An execute request with variables or output names: its line and the payloads after it.
+function Interp:full_request(id, code, timeout, variables, output_names)
+  local req = {op = "execute", id = id, code = code, timeout = timeout,
+               max_output_chars = self.opts.max_output_chars,
+               max_submit_bytes = self.opts.limits.submit}
+  for k in pairs(variables or EMPTY) do
+    if type(k) ~= "string" or not k:match("^[%a_][%w_]*$") then
+      error(("execute: variables must be name = value with Python names as keys (got %s %s)")
+        :format(type(k), tostring(k)), 3)
+    end
+  end
+  local payloads
+  if self.backend.payloads then
+    req.payload_min = PAYLOAD_MIN
+    if variables then variables, payloads, req.payloads = split_payloads(variables) end
+  end
+  if variables and next(variables) ~= nil then req.variables = json.object(variables) end
+  if output_names then req.output_names = json.array(output_names) end
+  -- Encoded once, here: a big variable is not copied again on its way to the sandbox.
+  local encoded, line = pcall(json.encode, req)
+  if not encoded then error("execute: variables must be JSON values: " .. tostring(line), 3) end
+  return line, payloads
 end
 
 -- The request/event dialogue of one execute: calls are answered until the code is done.
