@@ -111,6 +111,8 @@ CONNECTION_TIMEOUT = 60.0
 UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
 ModuleType = type(sys)
 MISSING = object()
+# The names a module starts with: skipped by the variables listing without slicing each one.
+MODULE_NAMES = frozenset(vars(ModuleType("__main__"))) | {"__builtins__"}
 DRIVER_GLOBALS = globals()
 JSON_SPACE = " \t\n\r"
 
@@ -251,7 +253,7 @@ class Stdio:
             line = self.inp.readline()
             if not line:
                 return None
-            if line.strip():  # a stray blank line must not earn an event and desync the host
+            if not line.isspace():  # a stray blank line must not earn an event and desync the host
                 return line
 
     def read_payload(self, size):
@@ -334,22 +336,14 @@ class Capture:
         path = f"{directory}/{name}"
         self.fd = posix.open(path, posix.O_RDWR | posix.O_CREAT | posix.O_EXCL, 0o600)
         posix.unlink(path)
-        st = posix.fstat(self.fd)
-        self.dev, self.ino = st.st_dev, st.st_ino
         self.target = target
         self.reattach()
 
     def size(self):
-        """Bytes written since the last take, with one fstat when fd `target` is still the
-        file; pointed back at it when user code closed or moved it."""
-        try:
-            st = posix.fstat(self.target)
-            if st.st_ino == self.ino and st.st_dev == self.dev:
-                return st.st_size
-        except OSError:
-            pass
-        self.reattach()
-        return posix.fstat(self.fd).st_size
+        """Bytes written since the last take: the file's size, which fd `target` writes into
+        unless the code moved or closed it (`reattach` puts it back after each block). Its end
+        is where the next write goes in any case: an lseek, with no stat to build."""
+        return posix.lseek(self.fd, 0, io.SEEK_END)
 
     def take(self, limit):
         """(text, total characters) written since the last take; empties the file."""
@@ -373,11 +367,12 @@ class Capture:
         posix.lseek(self.fd, 0, io.SEEK_SET)  # the offset is shared with fd 1/2 and subprocesses
 
     def reattach(self):
+        """Points fd `target` at the file (again: the code may have moved or closed it)."""
         posix.dup2(self.fd, self.target)
 
     def discard(self):
         """Forgets what was written; fd `target` points at the file again."""
-        self.size()
+        self.reattach()
         self.clear()
 
     def count_chars(self, size):
@@ -514,6 +509,9 @@ STATEMENT_WORDS = frozenset((
 CLAUSE_WORDS = frozenset(("elif", "else", "except", "finally"))
 NAME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
 OPENERS, CLOSERS = "([{", ")]}"
+# What the text before an assignment's = may hold without a second look: names, attributes and
+# the first characters of an augmented assignment's operator.
+TARGET_CHARS = NAME_CHARS + " .+-*/%&|^@"
 
 
 def compile_cell(code, filename):
@@ -547,11 +545,10 @@ def last_line_start(code):
         start = code.rfind("\n", 0, end) + 1
         first = code[start:start + 1]
         if first and first not in " \t\n#":
-            break
+            return -1 if start > 1 and code[start - 2] == "\\" else start
         if start == 0:
             return -1
         end = start - 1
-    return -1 if code[max(0, start - 2):start].startswith("\\") else start
 
 
 def compile_parts(code, start, filename):
@@ -593,14 +590,15 @@ def plainly_assignment(line):
     brackets, strings and comments. False when unsure; the caller then tries the rest as an
     expression."""
     at = line.find("=")
-    if at <= 0 or "lambda" in line:
+    if at <= 0 or line[at + 1:at + 2] == "=":
         return False
     before = line[:at]
-    if "'" in before or '"' in before or "#" in before or before[-1] in "=<>!:" or \
-            line[at + 1:at + 2] == "=":
+    if not before.strip(TARGET_CHARS):   # x = 1, a.b = 2, n += 1: the common ones, at once
+        return "lambda" not in before    # lambda x=1: x
+    if "lambda" in line or "'" in before or '"' in before or "#" in before or \
+            before[-1] in "<>!:":
         return False
-    return before.strip(NAME_CHARS + " .") == "" or \
-        sum(map(before.count, OPENERS)) == sum(map(before.count, CLOSERS))
+    return sum(map(before.count, OPENERS)) == sum(map(before.count, CLOSERS))
 
 
 def compile_by_tree(code, filename):
@@ -725,6 +723,12 @@ class Session:
             else:
                 line = error_line(f"unknown op {op!r}")
             self.transport.send(line, payloads)
+            if op == "execute":
+                # Once the event is on its way, while the host reads it: fd 1 and fd 2 are
+                # put back for the next block (one dup2 each, where checking them would cost
+                # a stat each on the round trip's path).
+                self.stdout.reattach()
+                self.stderr.reattach()
 
     def reset(self):
         self.new_namespace()
@@ -915,7 +919,7 @@ class Session:
         rows, seen = [], 0
         for name, value in items:
             seen += 1
-            if name[:2] == "__" == name[-2:]:
+            if name in MODULE_NAMES or name[:2] == "__" == name[-2:]:
                 continue
             kind = type(value)
             if kind in SCALARS:   # the common case, without the general walk

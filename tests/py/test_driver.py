@@ -356,6 +356,21 @@ class TestOutput(DriverTest):
         self.run_ok("import os\nos.close(1)")
         self.assertEqual(self.run_ok("print('back')")["stdout"], "back\n")
 
+    def test_moved_fd_1_and_2_keep_what_came_before_and_are_put_back(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = f"{tmp}/elsewhere"
+            ev = self.run_ok(
+                "import os\nprint('before', flush=True)\nos.write(2, b'err before\\n')\n"
+                f"f = os.open({path!r}, os.O_WRONLY | os.O_CREAT)\nos.dup2(f, 1)\nos.dup2(f, 2)\n"
+                "os.write(1, b'moved\\n')\nn = os.write(2, b'moved err\\n')")
+            self.assertEqual((ev["stdout"], ev["stderr"]), ("before\n", "err before\n"))
+            with open(path) as fh:
+                self.assertEqual(fh.read(), "moved\nmoved err\n")
+            ev = self.run_ok("import os\nos.write(1, b'back\\n')\nn = os.write(2, b'err back\\n')")
+            self.assertEqual((ev["stdout"], ev["stderr"]), ("back\n", "err back\n"))
+            ev = self.run_ok("import os\nos.lseek(1, 0, os.SEEK_SET)\nn = os.write(1, b'xy')")
+            self.assertEqual(ev["stdout"], "xy")
+
     def test_replaced_sys_stdout_is_restored(self):
         self.run_ok("import io, sys\nsys.stdout = io.StringIO()\nprint('lost')")
         self.assertEqual(self.run_ok("print('seen')")["stdout"], "seen\n")
