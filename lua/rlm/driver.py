@@ -1,11 +1,14 @@
 """The rlm sandbox driver: runs the user's Python for the rlm host and keeps its state.
 
-Started as `python3 -u [-S] -c "<this source>" [--stdio] [--capture-dir DIR]` (with -S, site runs
-when an import needs it: SiteOnDemand), as `--serve PATH` (unix socket server), or as
+Started as `python3 -u [-S] -c "<this source>" [--stdio] [--capture-dir DIR] [SETTINGS]` (with -S,
+site runs when an import needs it: SiteOnDemand), as `--serve PATH [SETTINGS]` (unix socket
+server), or as
 `--client PATH (--request-file F | --request-b64 B64)` (the one-shot client of --serve), or as
 `--wait-ready PREFIX [--timeout S]` (waits inside the sandbox for a --serve driver started with
 stdout in PREFIX.out, stderr in PREFIX.err and its exit status written to PREFIX.exit: prints
 the ready line and exits 0, or exits 3 with the status and stderr's tail, or 4 after S seconds).
+SETTINGS are what every execute would otherwise carry, read once: --max-output-chars N (default
+10000), --max-submit-bytes B (default none), --payload-min N (default none, stdio only).
 Standard library only, Python 3.9+. This docstring is the protocol reference for the host.
 
 Wire: UTF-8 JSON, one object per line. Events are pure ASCII (non-ASCII is \\u-escaped).
@@ -13,11 +16,13 @@ Wire: UTF-8 JSON, one object per line. Events are pure ASCII (non-ASCII is \\u-e
 Requests, host -> driver
   {"op":"execute","id":N,"code":"...","variables":{...}|null,"output_names":[...]|null,
    "max_output_chars":10000|null,"timeout":S|null,"max_submit_bytes":B|null} -> call* then done
-      output_names null means ["answer"]; max_output_chars null means 10000; timeout null: none;
-      max_submit_bytes null: no cap on the JSON size of what SUBMIT hands back
+      output_names null means ["answer"]; timeout null: none; max_output_chars absent or null
+      means the setting; max_submit_bytes absent means the setting, null no cap on the JSON
+      size of what SUBMIT hands back
       Over stdio an execute may also carry "payloads":[{"name","bytes"}], raw bytes that follow
       its line in that order, each a variable (a str decoded with surrogateescape), and
-      "payload_min":N: a SUBMIT field that is a str of N characters or more goes back raw too
+      "payload_min":N (absent: the setting, null: none): a SUBMIT field that is a str of N
+      characters or more goes back raw too
   {"op":"reply","id":N,"results":[...]} | {"op":"reply","id":N,"error":"message"}
                                     answers the call event with the same id (the execute's id)
   {"op":"reset"}    -> {"ev":"reset"}    user globals, imports and buffers cleared
@@ -614,8 +619,12 @@ def compile_by_tree(code, filename):
 # The session
 
 class Session:
-    def __init__(self, transport, capture_dir):
+    def __init__(self, transport, capture_dir, settings=None):
         self.transport = transport
+        settings = settings or {}
+        self.default_output_chars = settings.get("max_output_chars", DEFAULT_OUTPUT_CHARS)
+        self.default_max_submit = settings.get("max_submit_bytes")
+        self.default_payload_min = settings.get("payload_min")
         # One protocol exchange at a time: user threads may call llm_query concurrently.
         self.io_lock = _thread.allocate_lock()
         self.builtins = dict(vars(builtins))
@@ -743,10 +752,10 @@ class Session:
         code = req.get("code")
         variables = req.get("variables")
         names = req.get("output_names") or DEFAULT_OUTPUT_NAMES
-        limit = req.get("max_output_chars") or DEFAULT_OUTPUT_CHARS
+        limit = req.get("max_output_chars") or self.default_output_chars
         timeout = req.get("timeout")
-        max_submit = req.get("max_submit_bytes")
-        payload_min = req.get("payload_min")
+        max_submit = req.get("max_submit_bytes", self.default_max_submit)
+        payload_min = req.get("payload_min", self.default_payload_min)
         if not isinstance(code, str):
             return error_line_only("execute: code must be a string")
         if variables is not None and type(variables) is not dict:
@@ -1075,9 +1084,13 @@ def make_helpers(session):
 # ---------------------------------------------------------------------------------------------
 # Entry points
 
-USAGE = ("usage: driver.py [--stdio] [--capture-dir DIR] | --serve PATH | "
+USAGE = ("usage: driver.py ([--stdio] [--capture-dir DIR] | --serve PATH) [--max-output-chars N] "
+         "[--max-submit-bytes B] [--payload-min N] | "
          "--client PATH (--request-file FILE | --request-b64 B64) | "
          "--wait-ready PREFIX [--timeout S]")
+# The settings an execute may leave out (see the docstring): option -> (field, least value).
+SETTINGS = {"--max-output-chars": ("max_output_chars", 2), "--max-submit-bytes":
+            ("max_submit_bytes", 1), "--payload-min": ("payload_min", 1)}
 
 
 def parse_args(argv):
@@ -1087,11 +1100,15 @@ def parse_args(argv):
         if arg == "--stdio":
             continue
         if arg not in ("--serve", "--client", "--request-file", "--request-b64", "--capture-dir",
-                       "--wait-ready", "--timeout"):
+                       "--wait-ready", "--timeout") and arg not in SETTINGS:
             raise ValueError(f"unknown argument {arg!r}")
         value = next(args, None)
         if value is None:
             raise ValueError(f"{arg} needs a value")
+        if arg in SETTINGS:
+            least = SETTINGS[arg][1]
+            if not (value.isascii() and value.isdigit()) or int(value) < least:
+                raise ValueError(f"{arg} needs an integer >= {least}")
         opts[arg] = value
     if "--client" in opts and ("--request-file" in opts) == ("--request-b64" in opts):
         raise ValueError("--client needs one of --request-file or --request-b64")
@@ -1276,7 +1293,8 @@ def main(argv):
     sys.stdout.reconfigure(encoding="utf-8")  # the captures are decoded as UTF-8
     sys.stderr.reconfigure(encoding="utf-8")
     capture_dir = opts.get("--capture-dir") or posix.environ.get(b"TMPDIR", b"").decode()
-    session = Session(transport, capture_dir or "/tmp")
+    settings = {field: int(opts[arg]) for arg, (field, _) in SETTINGS.items() if arg in opts}
+    session = Session(transport, capture_dir or "/tmp", settings)
     ready = {"ev": "ready", "pid": posix.getpid(), "python": "%d.%d.%d" % sys.version_info[:3]}
     write_all(real_out, (encode(ready) + "\n").encode())
     try:

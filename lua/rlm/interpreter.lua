@@ -19,8 +19,9 @@
 --                                  .resource("lua/rlm/driver.py"); its docstring is the wire
 --                                  protocol); the driver's first line is its `ready` event,
 --                                  read with sb:request(nil, timeout). Raises.
---   backend.payloads               optional: true when sb:request carries raw payloads (the
---                                  driver's docstring); long strings then skip JSON both ways.
+--   backend.payload_min            optional: when sb:request carries raw payloads (the driver's
+--                                  docstring), the byte length from which a string skips JSON
+--                                  both ways; the backend starts the driver with it.
 --   sb:request(req, timeout[, payloads])  writes one JSON request line (req: a table, or its
 --                                  JSON text already encoded; nil: only read), then the payload
 --                                  strings, and
@@ -111,10 +112,6 @@ end
 -- stops a runaway block itself; this only catches code that ignores signals.
 local BACKSTOP = 1.0
 local START_TIMEOUT = 30
--- Strings of this many bytes or more cross as raw payloads where the backend carries them (a
--- variable into the sandbox, a SUBMIT field back): no JSON escaping or parsing, and no copy
--- of a 100 MB value on the host.
-local PAYLOAD_MIN = 64 * 1024
 
 local NO_HANDLER = "llm_query is not available: no model configured"
 local CALL_KINDS = {llm_query = true, llm_query_batched = true, rlm_query = true, budget = true}
@@ -205,12 +202,7 @@ function M.new(opts)
   merged.limits = limits.resolve(merged.limits, 2)
   if backend.check then backend.check(merged) end
   merged.execute_timeout = merged.execute_timeout or merged.timeout
-  -- What every execute request ends with: the settings that stay the same for its lifetime.
-  local tail = (',"max_output_chars":%d,"max_submit_bytes":%s'):format(merged.max_output_chars,
-    json.encode(merged.limits.submit))
-  if backend.payloads then tail = tail .. ',"payload_min":' .. PAYLOAD_MIN end
-  return setmetatable({opts = merged, backend = backend, on_call = merged.on_call,
-                       request_tail = tail .. "}"}, Interp)
+  return setmetatable({opts = merged, backend = backend, on_call = merged.on_call}, Interp)
 end
 
 local function closed_error()
@@ -254,10 +246,10 @@ end
 
 -- variables without its long strings; those strings in announcement order, and the
 -- announcement ({name, bytes} each) for the request.
-local function split_payloads(variables)
+local function split_payloads(variables, payload_min)
   local rest, data, announced = {}, {}, {}
   for k, v in pairs(variables) do
-    if type(v) == "string" and #v >= PAYLOAD_MIN then
+    if type(v) == "string" and #v >= payload_min then
       data[#data + 1] = v
       announced[#announced + 1] = {name = k, bytes = #v}
     else
@@ -401,8 +393,9 @@ function Interp:execute(code, variables, opts)
   local line, payloads
   if variables == nil and opts.output_names == nil then
     -- The common request, code alone, put together from its parts: no table to build and walk.
+    -- (Output and SUBMIT limits are the driver's settings, given when it started.)
     line = '{"op":"execute","id":' .. id .. ',"timeout":' .. json.encode(timeout) ..
-           ',"code":' .. json.encode(code) .. self.request_tail
+           ',"code":' .. json.encode(code) .. "}"
   else
     line, payloads = self:full_request(id, code, timeout, variables, opts.output_names)
   end
@@ -429,9 +422,7 @@ end
 
 -- An execute request with variables or output names: its line and the payloads after it.
 function Interp:full_request(id, code, timeout, variables, output_names)
-  local req = {op = "execute", id = id, code = code, timeout = timeout,
-               max_output_chars = self.opts.max_output_chars,
-               max_submit_bytes = self.opts.limits.submit}
+  local req = {op = "execute", id = id, code = code, timeout = timeout}
   for k in pairs(variables or EMPTY) do
     if type(k) ~= "string" or not k:match("^[%a_][%w_]*$") then
       error(("execute: variables must be name = value with Python names as keys (got %s %s)")
@@ -439,9 +430,9 @@ function Interp:full_request(id, code, timeout, variables, output_names)
     end
   end
   local payloads
-  if self.backend.payloads then
-    req.payload_min = PAYLOAD_MIN
-    if variables then variables, payloads, req.payloads = split_payloads(variables) end
+  local payload_min = self.backend.payload_min
+  if payload_min and variables then
+    variables, payloads, req.payloads = split_payloads(variables, payload_min)
   end
   if variables and next(variables) ~= nil then req.variables = json.object(variables) end
   if output_names then req.output_names = json.array(output_names) end

@@ -38,9 +38,9 @@ def read_line(stream, timeout=WAIT):
 class Driver:
     """A driver over stdio, as the local backend runs it."""
 
-    def __init__(self, prelude="", flags=(), env=None, cwd=None):
+    def __init__(self, prelude="", flags=(), env=None, cwd=None, args=()):
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen([PYTHON, "-u", *flags, "-c", prelude + SOURCE, "--stdio"],
+        self.proc = subprocess.Popen([PYTHON, "-u", *flags, "-c", prelude + SOURCE, "--stdio", *args],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, bufsize=0, env=env, cwd=cwd)
         self.ready = json.loads(read_line(self.proc.stdout))
@@ -775,6 +775,46 @@ class TestPayloads(DriverTest):
         ev = self.d.request({"op": "execute", "id": 1, "code": "1", "payloads": [{"name": 5}]})
         self.assertEqual(ev["ev"], "error")
         self.assertEqual(self.run_ok("1 + 1")["stdout"], "2\n")
+
+
+class TestSettings(unittest.TestCase):
+    """What every execute would carry, given once when the driver starts (the backends do)."""
+
+    def driver(self, *args):
+        d = Driver(args=args)
+        self.addCleanup(d.close)
+        return d
+
+    def test_settings_serve_every_execute_and_a_request_overrides_them(self):
+        d = self.driver("--max-output-chars", "100", "--max-submit-bytes", "4096")
+        ev = d.execute("print('H' * 60 + 'x' * 1000 + 'T' * 60, end='')")
+        self.assertEqual(ev["stdout_chars"], 1120)
+        self.assertTrue(ev["stdout"].startswith("H" * 50 + "\n... [1020 characters cut]"), ev)
+        ev = d.execute("Final = 'y' * 5000")
+        self.assertIn("limits.submit", ev["error"])
+        self.assertEqual(len(d.execute("SUBMIT(answer='y' * 5000)", max_submit_bytes=None)
+                             ["submitted"]["answer"]), 5000, "null lifts the cap")
+        self.assertEqual(d.execute("print('z' * 500, end='')", max_output_chars=1000)["stdout"],
+                         "z" * 500)
+        self.assertIn("limits.submit", d.execute("SUBMIT(answer='y' * 5000)")["error"],
+                      "an override lasts one execute")
+
+    def test_payload_min_sends_long_submitted_strings_raw(self):
+        d = self.driver("--payload-min", "1000")
+        ev = d.execute("SUBMIT(long='é' * 1000, short='s')")
+        self.assertEqual(ev["payloads"], [{"name": "long", "bytes": 2000}])
+        self.assertEqual(ev["submitted"], {"short": "s"})
+        self.assertEqual(d.proc.stdout.read(2000).decode(), "é" * 1000)
+        self.assertNotIn("payloads", d.execute("SUBMIT(long='é' * 1000)", payload_min=None))
+
+    def test_a_bad_setting_exits_2_with_the_usage(self):
+        for args in (["--max-output-chars", "1"], ["--max-submit-bytes", "4k"], ["--payload-min"],
+                     ["--payload-min", "\u00b2"], ["--max-output-chars", "-5"]):
+            p = subprocess.run([PYTHON, "-c", SOURCE, "--stdio", *args], capture_output=True,
+                               timeout=WAIT, stdin=subprocess.DEVNULL)
+            self.assertEqual(p.returncode, 2, args)
+            self.assertIn(args[0], p.stderr.decode())
+            self.assertIn("usage:", p.stderr.decode())
 
 
 class TestJsonPackageFallback(DriverTest):

@@ -32,6 +32,22 @@ function M.basename(path)
   return (path:gsub("/+$", ""):match("([^/]+)$")) or path
 end
 
+--- The driver's settings (its docstring): what every execute would otherwise carry, given once
+-- on its command line. payload_min: for a backend whose requests carry raw payloads.
+function M.driver_settings(opts, payload_min)
+  local args = {"--max-output-chars", ("%d"):format(opts.max_output_chars or 10000)}
+  local submit = opts.limits and opts.limits.submit
+  if submit then
+    args[#args + 1] = "--max-submit-bytes"
+    args[#args + 1] = ("%d"):format(submit)
+  end
+  if payload_min then
+    args[#args + 1] = "--payload-min"
+    args[#args + 1] = ("%d"):format(payload_min)
+  end
+  return args
+end
+
 --- One event line of the driver, decoded; nil, why, "protocol" when it is not a JSON object.
 function M.decode_event(line)
   local ev, why = json.decode(line)

@@ -323,8 +323,9 @@ function Sandbox:start_driver()
   -- No `exec`: on Daytona a session is one long-lived shell, which must outlive the driver.
   -- Its output goes to files read_ready() watches from inside; its exit status too.
   local outputs = ("%s/driver-%d"):format(RLM_DIR, self.starts)
-  local command = ("mkdir -p %s %s && cd %s && %s -u %s --serve %s > %s.out 2> %s.err; echo $? > %s.exit")
-    :format(WORKSPACE, MEMORY, WORKSPACE, PYTHON, DRIVER, socket, outputs, outputs, outputs)
+  local command = ("mkdir -p %s %s && cd %s && %s -u %s --serve %s %s > %s.out 2> %s.err; " ..
+                   "echo $? > %s.exit"):format(WORKSPACE, MEMORY, WORKSPACE, PYTHON, DRIVER, socket,
+    table.concat(common.driver_settings(self.opts), " "), outputs, outputs, outputs)
   local res, why = tb:session_exec{session = session, command = command, async = true}
   if not res then
     tb:delete_session(session)

@@ -378,8 +378,10 @@ function Sandbox:start_driver()
   local source = require("rlm.core.host").resource("lua/rlm/driver.py")
   if not source then error("the driver (lua/rlm/driver.py) is missing from this build", 0) end
   local code = driver_bytecode(self.python, source)
-  local o = self:spawn_options{self.python, "-u", "-S", "-c", code and LOADER or source, "--stdio",
-                               "--capture-dir", CAPTURE_DIR}
+  local argv = {self.python, "-u", "-S", "-c", code and LOADER or source, "--stdio",
+                "--capture-dir", CAPTURE_DIR}
+  for _, arg in ipairs(common.driver_settings(self.opts, M.payload_min)) do argv[#argv + 1] = arg end
+  local o = self:spawn_options(argv)
   o.pass[FD.driver] = code
   o.stdin, o.stdout, o.stderr = "pipe", "pipe", "pipe"
   o.pipe_size = PIPE_SIZE
@@ -450,8 +452,10 @@ function Sandbox:watched_line(timeout)
   end
 end
 
--- Raw bytes after a line (the driver's docstring): this backend carries them both ways.
-M.payloads = true
+-- Raw bytes after a line (the driver's docstring): this backend carries strings of this many
+-- bytes or more that way, both ways (a variable into the sandbox, a SUBMIT field back): no
+-- JSON escaping or parsing, and no copy of a 100 MB value on the host.
+M.payload_min = 64 * 1024
 local NO_PAYLOADS = {}   -- never written
 
 -- Reads the payloads an event announces into payload.data, by `deadline` (a sys.now() time);
