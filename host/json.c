@@ -1353,6 +1353,27 @@ int json_is_array(lua_State *L, int idx)
     return array;
 }
 
+/* The encoder's output buffer: one per Lua state, kept in the registry between calls (a new
+ * userdata with a finalizer for each call cost more than encoding a short string). It gives
+ * its memory back after an output of more than ENCODE_BUFFER_KEEP bytes. */
+#define ENCODE_BUFFER_KEEP (1 << 20)
+
+static struct buf *encode_buffer(lua_State *L)
+{
+    static const char key = 0;   /* its address is the registry key */
+    struct buf *b;
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &key) == LUA_TUSERDATA) {
+        b = lua_touserdata(L, -1);
+        lua_pop(L, 1);
+    } else {
+        lua_pop(L, 1);
+        b = push_buffer(L);
+        lua_rawsetp(L, LUA_REGISTRYINDEX, &key);
+    }
+    b->len = 0;   /* a call that raised half-way (out of memory) may have left some */
+    return b;
+}
+
 int json_encode(lua_State *L, int idx, const struct json_encode_opts *opts, char *err,
                 size_t errlen)
 {
@@ -1360,14 +1381,18 @@ int json_encode(lua_State *L, int idx, const struct json_encode_opts *opts, char
     int top = lua_gettop(L);
     luaL_checkstack(L, 8, "json_encode");
     struct encoder e = {
-        .L = L, .array_mt = top + 2, .object_mt = top + 3, .point = locale_point(),
+        .L = L, .array_mt = top + 1, .object_mt = top + 2, .point = locale_point(),
         .indent = opts ? opts->indent : 0, .sort_keys = opts ? opts->sort_keys : 0,
     };
-    e.out = push_buffer(L);
+    e.out = encode_buffer(L);
     json_push_array_mt(L);
-    json_push_object_mt(L);                          // [buffer, array_mt, object_mt]
-    if (!encode_value(&e, idx)) {
+    json_push_object_mt(L);                          // [array_mt, object_mt]
+    int ok = encode_value(&e, idx);
+    if (ok)
+        lua_pushlstring(L, e.out->data ? e.out->data : "", e.out->len);
+    if (e.out->cap > ENCODE_BUFFER_KEEP)
         buf_free(e.out);
+    if (!ok) {
         lua_settop(L, top);
         if (e.path_cut) {
             memcpy(e.path + e.path_len, "...", 3);
@@ -1377,8 +1402,6 @@ int json_encode(lua_State *L, int idx, const struct json_encode_opts *opts, char
         snprintf(err, errlen, "%s at $%s", e.reason, e.path);
         return 0;
     }
-    lua_pushlstring(L, e.out->data ? e.out->data : "", e.out->len);
-    buf_free(e.out);
     lua_replace(L, top + 1);
     lua_settop(L, top + 1);
     return 1;

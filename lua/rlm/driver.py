@@ -527,6 +527,9 @@ def compile_cell(code, filename):
     compiled alone: as an expression when it is one. So each line is parsed once; finding the
     trailing expression through a syntax tree compiled a cell twice (1.9x the time of a plain
     compile for a 7-line cell). A cell this cut does not fit takes the syntax-tree way."""
+    if "\n" not in code and ";" not in code and "\r" not in code and code[:1] not in " \t#\f":
+        # One line of code (a trivial block): nothing to cut, only its kind to tell.
+        return compile_parts(code, 0, filename) or compile_by_tree(code, filename)
     if code.endswith((" ", "\t")):   # a last line of blanks would read as an indented one
         code += "\n"
     start = last_line_start(code)
@@ -558,8 +561,11 @@ def last_line_start(code):
 
 def compile_parts(code, start, filename):
     line_end = code.find("\n", start)
-    line = code[start:line_end if line_end >= 0 else len(code)]
-    word = first_word(line)
+    line = code[start:line_end] if line_end >= 0 else code[start:]
+    # The word of ASCII letters the line starts with; none when a name goes on past them (a
+    # keyword followed by é is a name).
+    n = len(line) - len(line.lstrip(NAME_CHARS))
+    word = "" if line[n:n + 1].isidentifier() else line[:n]
     # A clause of a compound statement, a closing bracket or a backslash continue what is
     # above; a starred expression cannot be compiled alone as one; a decorator leads a def.
     if word in CLAUSE_WORDS or line[0] in ")]}*\\@":
@@ -581,13 +587,6 @@ def compile_parts(code, start, filename):
     if codes and ("__doc__" in body.co_names or "__annotations__" in body.co_names):
         return None   # taken as the docstring; annotations made before the first part runs
     return codes + (body,), None
-
-
-def first_word(line):
-    """The word of ASCII letters a line starts with; "" when the name goes on past them (a
-    keyword followed by é is a name)."""
-    n = len(line) - len(line.lstrip(NAME_CHARS))
-    return "" if line[n:n + 1].isidentifier() else line[:n]
 
 
 def plainly_assignment(line):

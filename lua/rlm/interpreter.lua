@@ -262,11 +262,6 @@ end
 
 local NULL = json.null
 
-local function value(v)
-  if v == NULL then return nil end
-  return v
-end
-
 -- The length of s in characters (in bytes when it is not UTF-8).
 local function text_length(s)
   return utf8.len(s) or #s
@@ -285,44 +280,38 @@ local function cut(s, limit)
          .. s:sub(at(n - tail + 1))
 end
 
-local function optional(v, kind)
-  return v == nil or v == NULL or type(v) == kind
-end
+-- The fields of a done event that the run table takes, with the type each must have when it
+-- is there and not null (the driver leaves out fields at their default).
+local DONE_FIELDS = {stdout = "string", stderr = "string", error = "string", traceback = "string",
+                     stdout_chars = "number", stderr_chars = "number", variables_more = "number",
+                     variables = "table", submitted = "table"}
+local KIND_WORDS = {string = "text", number = "a number", table = "an object or a list"}
 
-local TEXT_FIELDS = {"stdout", "stderr", "error", "traceback"}
-local NUMBER_FIELDS = {"stdout_chars", "stderr_chars", "variables_more"}
-
--- Why a done event cannot be taken as it is, or nil.
+-- Why a done event cannot be taken as it is, or nil. A pass over the event's own fields: the
+-- common one has three.
 local function bad_done(ev)
-  for i = 1, #TEXT_FIELDS do
-    local k = TEXT_FIELDS[i]
-    if not optional(ev[k], "string") then return k .. " is not text" end
+  for k, v in next, ev do
+    local kind = DONE_FIELDS[k]
+    if kind and v ~= NULL and type(v) ~= kind then return k .. " is not " .. KIND_WORDS[kind] end
   end
-  for i = 1, #NUMBER_FIELDS do
-    local k = NUMBER_FIELDS[i]
-    if not optional(ev[k], "number") then return k .. " is not a number" end
-  end
-  if not optional(ev.submitted, "table") then return "submitted is not an object" end
-  if ev.payloads ~= nil and type(value(ev.submitted)) ~= "table" then
+  if ev.payloads ~= nil and type(ev.submitted) ~= "table" then
     return "payloads without submitted fields"
   end
-  if not optional(ev.variables, "table") then return "variables is not a list" end
 end
 
--- Builds the run table from a done event.
+-- Builds the run table from a done event (checked by bad_done).
 function Interp:finish(ev, started)
-  local err = value(ev.error)
+  local run = {stdout = "", stderr = "", exit = 0, duration = sys.now() - started,
+               timed_out = ev.timed_out == true, state_lost = false, variables_more = 0,
+               stdout_chars = 0, stderr_chars = 0}
+  for k, v in next, ev do
+    if DONE_FIELDS[k] and v ~= NULL then run[k] = v end
+  end
   local limit = self.opts.max_output_chars
-  local run = {
-    stdout = cut(value(ev.stdout) or "", limit), stderr = cut(value(ev.stderr) or "", limit),
-    error = err, traceback = value(ev.traceback),
-    exit = err and 1 or 0, duration = sys.now() - started,
-    timed_out = ev.timed_out == true, state_lost = false,
-    variables = value(ev.variables), variables_more = value(ev.variables_more) or 0,
-    stdout_chars = value(ev.stdout_chars) or 0,
-    stderr_chars = value(ev.stderr_chars) or 0,
-  }
-  local submitted = value(ev.submitted)
+  run.stdout, run.stderr = cut(run.stdout, limit), cut(run.stderr, limit)
+  if run.error then run.exit = 1 end
+  local submitted = run.submitted
+  run.submitted = nil
   if ev.payloads then
     for _, p in ipairs(ev.payloads) do submitted[p.name] = p.data end
   end
