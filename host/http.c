@@ -62,7 +62,7 @@ struct http_call *http_start(loop *lp, const struct http_req *req, http_chunk_fn
     struct http_call *c = calloc(1, sizeof *c);
     if (c == NULL)
         return NULL;
-    c->easy = curl_easy_init();
+    c->easy = loop_easy(lp);
     if (c->easy == NULL) {
         free(c);
         return NULL;
@@ -101,7 +101,7 @@ struct http_call *http_start(loop *lp, const struct http_req *req, http_chunk_fn
         curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
     c->running = 1;
     if (loop_add_easy(lp, e, on_done, c) != 0) {
-        curl_easy_cleanup(e);
+        loop_easy_done(lp, e);
         free(c);
         return NULL;
     }
@@ -121,7 +121,7 @@ void http_free(struct http_call *c)
     if (c == NULL)
         return;
     http_stop(c);
-    curl_easy_cleanup(c->easy);
+    loop_easy_done(c->lp, c->easy);
     buf_free(&c->body);
     buf_free(&c->headers);
     free(c);

@@ -326,6 +326,16 @@ static int decode_literal(struct decoder *d, const char *word, size_t n)
  * in, Lua growing it as before. */
 #define DECODE_BATCH 32
 
+/* Stack space for one more item (a key and its value) and the work under it. Asked for item
+ * by item: a decode in a coroutine (each model call's task) grows its small stack only as far
+ * as the document needs. */
+static int room(struct decoder *d)
+{
+    if (!lua_checkstack(d->L, 4))
+        return fail_at(d, d->p, "out of Lua stack");
+    return 1;
+}
+
 static int enter(struct decoder *d)
 {
     if (++d->depth > JSON_MAX_DEPTH) {
@@ -333,9 +343,7 @@ static int enter(struct decoder *d)
         snprintf(msg, sizeof msg, "nesting deeper than %d levels", JSON_MAX_DEPTH);
         return fail_at(d, d->p, msg);
     }
-    if (!lua_checkstack(d->L, 2 * DECODE_BATCH + 4))
-        return fail_at(d, d->p, "out of Lua stack");
-    return 1;
+    return room(d);
 }
 
 /* Opens the array or object at d->p (a nil holds the slot of its table; the bracket and the
@@ -411,7 +419,7 @@ static int decode_array(struct decoder *d)
     int more = open_container(d, ']');
     int base = lua_gettop(d->L), made = 0;
     for (lua_Integer n = 1; more > 0; n++) {
-        if (!decode_value(d))
+        if (!room(d) || !decode_value(d))
             return 0;
         if (made) {
             lua_rawseti(d->L, base, n);
@@ -437,7 +445,7 @@ static int decode_object(struct decoder *d)
             return fail_at(d, d->p, "unexpected end of input");
         if (*d->p != '"')
             return fail_at(d, d->p, "expected a string key");
-        if (!decode_string(d))
+        if (!room(d) || !decode_string(d))
             return 0;
         skip_space(d);
         if (d->p >= d->end)

@@ -47,8 +47,16 @@ struct timer {
     void *ud;
 };
 
+/* Idle easy handles kept for the next transfers, reset: a new handle (its state, its buffers)
+ * cost as much as the rest of setting up a short request. As many as a batch usually has in
+ * flight. */
+#define IDLE_EASIES 64
+
 struct loop {
     CURLM *multi;
+    CURL *idle[IDLE_EASIES];
+    size_t nidle;
+    int closed;                  /* collected: a handle returned late is cleaned up at once */
     double curl_due;             /* when curl wants its timeout action (ms); < 0: not wanted */
     struct easy_reg **easies;
     size_t neasies, caneasies;
@@ -100,6 +108,9 @@ static int loop_gc(lua_State *L)
         curl_multi_cleanup(lp->multi);
         lp->multi = NULL;
     }
+    for (size_t i = 0; i < lp->nidle; i++)
+        curl_easy_cleanup(lp->idle[i]);
+    lp->nidle = 0;
     free(lp->easies);
     free(lp->watches);
     free(lp->timers);
@@ -108,6 +119,7 @@ static int loop_gc(lua_State *L)
         close(lp->epfd);
     memset(lp, 0, sizeof *lp);
     lp->epfd = -1;
+    lp->closed = 1;
     return 0;
 }
 
@@ -214,6 +226,23 @@ static struct easy_reg *detach_easy(loop *lp, CURL *easy)
 void loop_remove_easy(loop *lp, CURL *easy)
 {
     free(detach_easy(lp, easy));
+}
+
+CURL *loop_easy(loop *lp)
+{
+    return lp->nidle > 0 ? lp->idle[--lp->nidle] : curl_easy_init();
+}
+
+void loop_easy_done(loop *lp, CURL *easy)
+{
+    if (easy == NULL)
+        return;
+    if (lp->closed || lp->nidle == IDLE_EASIES) {
+        curl_easy_cleanup(easy);
+        return;
+    }
+    curl_easy_reset(easy);   /* options back to their defaults; connections stay the multi's */
+    lp->idle[lp->nidle++] = easy;
 }
 
 static int epoll_set(loop *lp, int op, int fd, short events)

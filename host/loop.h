@@ -23,6 +23,12 @@ CURLM *loop_multi(loop *lp);
 int loop_add_easy(loop *lp, CURL *easy, loop_done_fn done, void *ud);
 void loop_remove_easy(loop *lp, CURL *easy);
 
+/* Easy handles for transfers: a handle with every option at its default (an idle one kept
+ * from an earlier transfer, or a new one; NULL when out of memory), and its return once its
+ * transfer is over and it is out of the multi. */
+CURL *loop_easy(loop *lp);
+void loop_easy_done(loop *lp, CURL *easy);
+
 /* Descriptors: fn is called from loop_poll when fd has any of events (POLLIN/POLLOUT);
  * POLLHUP/POLLERR are always reported. Watching an fd again replaces its entry. Unwatch an fd
  * before closing it: a closed one just stops being reported. -1 when out of memory or the

@@ -19,7 +19,8 @@
 
 /* X(name) for every function the host calls. */
 #define NETLIB_CURL_FUNCTIONS(X)                                                                  \
-    X(curl_global_init) X(curl_easy_init) X(curl_easy_cleanup) X(curl_easy_setopt)                \
+    X(curl_global_init) X(curl_easy_init) X(curl_easy_cleanup) X(curl_easy_reset)                 \
+    X(curl_easy_setopt)                                                                           \
     X(curl_easy_getinfo) X(curl_easy_strerror) X(curl_slist_append) X(curl_slist_free_all)       \
     X(curl_getdate) X(curl_multi_init) X(curl_multi_cleanup) X(curl_multi_add_handle)            \
     X(curl_multi_remove_handle) X(curl_multi_setopt) X(curl_multi_socket_action)                \
@@ -57,6 +58,7 @@ int netlib_load_all(char *err, size_t errlen);
 #define curl_global_init (*netlib.p_curl_global_init)
 #define curl_easy_init (*netlib.p_curl_easy_init)
 #define curl_easy_cleanup (*netlib.p_curl_easy_cleanup)
+#define curl_easy_reset (*netlib.p_curl_easy_reset)
 #define curl_easy_setopt (*netlib.p_curl_easy_setopt)
 #define curl_easy_getinfo (*netlib.p_curl_easy_getinfo)
 #define curl_easy_strerror (*netlib.p_curl_easy_strerror)
