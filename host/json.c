@@ -1363,23 +1363,40 @@ int json_is_array(lua_State *L, int idx)
 
 /* The encoder's output buffer: one per Lua state, kept in the registry between calls (a new
  * userdata with a finalizer for each call cost more than encoding a short string). It gives
- * its memory back after an output of more than ENCODE_BUFFER_KEEP bytes. */
+ * its memory back after an output of more than ENCODE_BUFFER_KEEP bytes. An encode that
+ * starts while it is in use (from a finalizer run by a GC step inside another encode) gets a
+ * buffer of its own. */
 #define ENCODE_BUFFER_KEEP (1 << 20)
 
-static struct buf *encode_buffer(lua_State *L)
+struct kept_buffer {
+    struct buf buf;
+    int busy;
+};
+
+static int kept_buffer_gc(lua_State *L)
+{
+    buf_free(&((struct kept_buffer *)lua_touserdata(L, 1))->buf);
+    return 0;
+}
+
+static struct kept_buffer *kept_buffer(lua_State *L)
 {
     static const char key = 0;   /* its address is the registry key */
-    struct buf *b;
+    struct kept_buffer *k;
     if (lua_rawgetp(L, LUA_REGISTRYINDEX, &key) == LUA_TUSERDATA) {
-        b = lua_touserdata(L, -1);
+        k = lua_touserdata(L, -1);
         lua_pop(L, 1);
-    } else {
-        lua_pop(L, 1);
-        b = push_buffer(L);
-        lua_rawsetp(L, LUA_REGISTRYINDEX, &key);
+        return k;
     }
-    b->len = 0;   /* a call that raised half-way (out of memory) may have left some */
-    return b;
+    lua_pop(L, 1);
+    k = lua_newuserdatauv(L, sizeof *k, 0);
+    memset(k, 0, sizeof *k);
+    lua_newtable(L);
+    lua_pushcfunction(L, kept_buffer_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &key);
+    return k;
 }
 
 int json_encode(lua_State *L, int idx, const struct json_encode_opts *opts, char *err,
@@ -1389,17 +1406,27 @@ int json_encode(lua_State *L, int idx, const struct json_encode_opts *opts, char
     int top = lua_gettop(L);
     luaL_checkstack(L, 8, "json_encode");
     struct encoder e = {
-        .L = L, .array_mt = top + 1, .object_mt = top + 2, .point = locale_point(),
+        .L = L, .array_mt = top + 2, .object_mt = top + 3, .point = locale_point(),
         .indent = opts ? opts->indent : 0, .sort_keys = opts ? opts->sort_keys : 0,
     };
-    e.out = encode_buffer(L);
+    struct kept_buffer *kept = kept_buffer(L);
+    if (kept->busy) {
+        e.out = push_buffer(L);
+    } else {
+        kept->busy = 1;
+        kept->buf.len = 0;
+        e.out = &kept->buf;
+        lua_pushnil(L);
+    }
     json_push_array_mt(L);
-    json_push_object_mt(L);                          // [array_mt, object_mt]
+    json_push_object_mt(L);                          // [buffer or nil, array_mt, object_mt]
     int ok = encode_value(&e, idx);
     if (ok)
         lua_pushlstring(L, e.out->data ? e.out->data : "", e.out->len);
-    if (e.out->cap > ENCODE_BUFFER_KEEP)
+    if (e.out != &kept->buf || e.out->cap > ENCODE_BUFFER_KEEP)
         buf_free(e.out);
+    if (e.out == &kept->buf)
+        kept->busy = 0;
     if (!ok) {
         lua_settop(L, top);
         if (e.path_cut) {

@@ -87,6 +87,31 @@ tests["containers of every size decode whole and in order, a repeated key keeps 
   T.truthy(json.decode(deep), "1000 levels decode")
 end
 
+tests["an encode inside a finalizer that runs during another encode spoils neither"] = function()
+  -- json.encode keeps one output buffer between calls (host/json.c); a GC step inside an
+  -- encode (sort_keys makes a table) can run finalizers, and a finalizer may encode too.
+  local doc = {}
+  for i = 1, 200 do doc["k" .. i] = {i, "v" .. i, {nested = i}} end
+  local want = json.encode(doc, {sort_keys = true})
+  local seen, bad = 0, 0
+  collectgarbage("incremental", 0, 1000)   -- a step at nearly every allocation
+  for _ = 1, 200 do
+    for _ = 1, 20 do
+      setmetatable({}, {__gc = function()
+        seen = seen + 1
+        if json.encode({inner = string.rep("z", 300)}) ~= '{"inner":"' .. string.rep("z", 300) .. '"}' then
+          bad = bad + 1
+        end
+      end})
+    end
+    T.eq(json.encode(doc, {sort_keys = true}), want)
+  end
+  collectgarbage("incremental", 200, 100)
+  collectgarbage()
+  T.truthy(seen > 0, "finalizers ran")
+  T.eq(bad, 0, "finalizers' own encodes")
+end
+
 tests["is_array tells how a table would encode"] = function()
   T.eq(json.is_array({1, 2}), true)
   T.eq(json.is_array(json.decode("[]")), true)
