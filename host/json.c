@@ -326,12 +326,12 @@ static int decode_literal(struct decoder *d, const char *word, size_t n)
  * in, Lua growing it as before. */
 #define DECODE_BATCH 32
 
-/* Stack space for one more item (a key and its value) and the work under it. Asked for item
+/* Stack space for one more item (a key and its value) and the work after it. Asked for item
  * by item: a decode in a coroutine (each model call's task) grows its small stack only as far
  * as the document needs. */
 static int room(struct decoder *d)
 {
-    if (!lua_checkstack(d->L, 4))
+    if (!lua_checkstack(d->L, 6))   /* key, value, and make_table's table and two copies */
         return fail_at(d, d->p, "out of Lua stack");
     return 1;
 }
@@ -1379,6 +1379,8 @@ static int kept_buffer_gc(lua_State *L)
     return 0;
 }
 
+/* An encode that raised (out of memory only) leaves the mark set: later ones then take a
+ * buffer each, as every encode did before the buffer was kept. */
 static struct kept_buffer *kept_buffer(lua_State *L)
 {
     static const char key = 0;   /* its address is the registry key */

@@ -646,10 +646,10 @@ static void drop_input(struct process *p)
 }
 
 /* Writes what the pipe takes now, many pieces a call; the rest waits for POLLOUT. Progress
- * made from the loop (from_loop) makes the process's op ready, for a waiter on stdin to drain;
- * a write that went whole from p:write does not: its caller knows, and a reader waiting on the
+ * makes the process's op ready for a waiter on stdin to drain (announce), unless p:write
+ * wrote its own bytes whole into an empty queue: its caller knows, and a reader waiting on the
  * same op would only wake up for nothing (one more trip through the loop per request). */
-static void flush_input(struct process *p, int from_loop)
+static void flush_input(struct process *p, int announce)
 {
     while (p->pending > 0 && p->in_fd >= 0) {
         struct iovec iov[16];
@@ -676,7 +676,7 @@ static void flush_input(struct process *p, int from_loop)
     }
     if (p->in_fd >= 0)
         loop_unwatch(p->lp, p->in_fd);
-    if (from_loop)
+    if (announce)
         loop_ready(p->lp, p->id);
 }
 
@@ -1179,10 +1179,11 @@ static int p_write(lua_State *L)
         lua_pushliteral(L, "the process's stdin is closed");
         return 2;
     }
+    int waited = p->pending > 0;   /* earlier bytes someone may be waiting to see drain */
     for (int i = 2; i <= n; i++)
         if (queue_input(L, p, i) != 0)
             return luaL_error(L, "out of memory");
-    flush_input(p, 0);
+    flush_input(p, waited);
     lua_pushboolean(L, 1);
     return 1;
 }

@@ -48,9 +48,10 @@ Events, driver -> host
 Execute semantics
 - One persistent namespace (a module registered as __main__). `variables` are set as globals
   first. A last statement that is a bare expression with a non-None value prints its repr.
-- fd 1 and fd 2 always point at private temp files; the protocol uses dups of the original
-  stdin/stdout, and fd 0 reads /dev/null, so neither user code nor its subprocesses can touch
-  the protocol. Output longer than max_output_chars keeps head and tail around a line
+- fd 1 and fd 2 point at private temp files at the start of every block (code that moved or
+  closed them finds them put back; what reached the files before is the block's output); the
+  protocol uses dups of the original stdin/stdout, and fd 0 reads /dev/null, so neither user
+  code nor its subprocesses can touch the protocol. Output longer than max_output_chars keeps head and tail around a line
   `... [N characters cut] ...`; stdout_chars/stderr_chars count every character (for invalid
   UTF-8 the count is of lead bytes). Text is decoded as UTF-8 with U+FFFD for bad bytes.
 - SUBMIT(*values, **fields) ends the block (a BaseException, so `except Exception` does not
@@ -87,6 +88,7 @@ llm_query answers its connection with the call event, and the next connection mu
 reply. --client prints the one event line and exits 0, or exits 2 with a message on stderr.
 """
 import builtins
+import fcntl
 import io
 import posix   # what the driver needs of os, which would cost 1.5 ms of each start
 import sys
@@ -105,6 +107,7 @@ PREVIEW_ITEMS = 8
 # took 28 ms an execute; the listing stops after these and the count is len() arithmetic.
 MAX_VARIABLES = 50
 READ_CHUNK = 1 << 20
+CAPTURE_FD_MIN = 100   # see Capture.renew
 # Memory held back for the driver's own work after user code ran out (under limits.memory the
 # code's data stays alive in its globals): released when a block ends in MemoryError. The limit
 # counts address space, so bytes() (calloc: pages never touched) holds it back for free, where
@@ -337,18 +340,33 @@ class Capture:
     """A temp file that fd `target` writes into; unlinked at once so it never outlives us."""
 
     def __init__(self, target, directory):
-        name = f"rlm-driver-{posix.getpid()}-{target}-{posix.urandom(4).hex()}"
-        path = f"{directory}/{name}"
-        self.fd = posix.open(path, posix.O_RDWR | posix.O_CREAT | posix.O_EXCL, 0o600)
+        self.target, self.directory = target, directory
+        self.renew()
+
+    def renew(self):
+        """A new file for fd `target`: at the start, and after the code closed the old one. Its
+        own descriptor sits at CAPTURE_FD_MIN or above, away from the numbers files the code
+        opens are given (one of them taking the file's number would be read and emptied)."""
+        name = f"rlm-driver-{posix.getpid()}-{self.target}-{posix.urandom(4).hex()}"
+        path = f"{self.directory}/{name}"
+        fd = posix.open(path, posix.O_RDWR | posix.O_CREAT | posix.O_EXCL, 0o600)
         posix.unlink(path)
-        self.target = target
-        self.reattach()
+        try:
+            self.fd = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, CAPTURE_FD_MIN)
+            posix.close(fd)
+        except OSError:   # limits.open_files below CAPTURE_FD_MIN
+            self.fd = fd
+        posix.dup2(self.fd, self.target)
 
     def size(self):
         """Bytes written since the last take: the file's size, which fd `target` writes into
         unless the code moved or closed it (`reattach` puts it back after each block). Its end
         is where the next write goes in any case: an lseek, with no stat to build."""
-        return posix.lseek(self.fd, 0, io.SEEK_END)
+        try:
+            return posix.lseek(self.fd, 0, io.SEEK_END)
+        except OSError:   # the code closed the file's descriptor: what it held went with it
+            self.renew()
+            return 0
 
     def take(self, limit):
         """(text, total characters) written since the last take; empties the file."""
@@ -373,7 +391,10 @@ class Capture:
 
     def reattach(self):
         """Points fd `target` at the file (again: the code may have moved or closed it)."""
-        posix.dup2(self.fd, self.target)
+        try:
+            posix.dup2(self.fd, self.target)
+        except OSError:   # the file's own descriptor is gone too
+            self.renew()
 
     def discard(self):
         """Forgets what was written; fd `target` points at the file again."""

@@ -111,6 +111,33 @@ for fd in sorted(int(f) for f in os.listdir("/proc/self/fd")):
     except OSError:
         pass]]
 
+tests["a write that empties the queue wakes a task waiting for stdin to drain"] = function()
+  -- p:write marks the process ready only when earlier bytes were queued (host/lsys.c): its
+  -- own bytes written whole need no wake-up, but whoever waits on the earlier ones does.
+  local async = require "rlm.async"
+  local p <close> = assert(sys.spawn{argv = {"/bin/sh", "-c", "sleep 0.2; cat >/dev/null"},
+                                     stdin = "pipe"})
+  p:write(string.rep("a", 100000))   -- more than the pipe holds, less than the child drains
+  T.truthy(p:pending_input() > 0, "the pipe took it all at once")
+  local drained_after
+  local t0 = sys.now()
+  local waiter = async.spawn(function()
+    while p:pending_input() > 0 do
+      if not async.await(p:id(), 5) then break end
+    end
+    drained_after = sys.now() - t0
+    p:close_stdin()
+  end)
+  async.spawn(function()
+    local t = sys.now()
+    while sys.now() - t < 0.5 do end   -- past the child's first reads, the loop not polling
+    p:write("b")
+  end)
+  waiter:join(10)
+  T.truthy(drained_after and drained_after < 3, "the waiter woke after " .. tostring(drained_after))
+  T.eq(sys.wait(p, 5), "exit")
+end
+
 tests["a child gets fds 0-2 and the passed ones, nothing else"] = function()
   local leaked = assert(io.open("/etc/hostname"))            -- fopen: inheritable
   T.defer(function() leaked:close() end)

@@ -371,6 +371,19 @@ class TestOutput(DriverTest):
             ev = self.run_ok("import os\nos.lseek(1, 0, os.SEEK_SET)\nn = os.write(1, b'xy')")
             self.assertEqual(ev["stdout"], "xy")
 
+    def test_closed_capture_files_are_replaced(self):
+        find = ("import os\nfds = []\nfor f in os.listdir('/proc/self/fd'):\n    try:\n"
+                "        if int(f) > 2 and 'rlm-driver-' in os.readlink(f'/proc/self/fd/{f}'):\n"
+                "            fds.append(int(f))\n    except OSError:\n        pass\n")
+        ev = self.run_ok(find + "print(sorted(fds))")
+        self.assertTrue(all(fd >= 100 for fd in eval(ev["stdout"])), ev["stdout"])
+        ev = self.d.execute(find + "for fd in fds:\n    os.close(fd)\nprint('lost')")
+        self.assertEqual(ev["ev"], "done")
+        ev = self.run_ok("import sys\nprint('out')\nprint('err', file=sys.stderr)")
+        self.assertEqual((ev["stdout"], ev["stderr"]), ("out\n", "err\n"))
+        ev = self.run_ok(find + "f = open('/dev/null')\nprint(f.fileno() < 100, len(fds))")
+        self.assertEqual(ev["stdout"], "True 2\n")
+
     def test_replaced_sys_stdout_is_restored(self):
         self.run_ok("import io, sys\nsys.stdout = io.StringIO()\nprint('lost')")
         self.assertEqual(self.run_ok("print('seen')")["stdout"], "seen\n")
