@@ -354,7 +354,7 @@ class Capture:
         try:
             self.fd = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, CAPTURE_FD_MIN)
             posix.close(fd)
-        except OSError:   # limits.open_files below CAPTURE_FD_MIN
+        except (OSError, AttributeError):   # limits.open_files below it; an fcntl without it
             self.fd = fd
         posix.dup2(self.fd, self.target)
 

@@ -384,6 +384,12 @@ class TestOutput(DriverTest):
         ev = self.run_ok(find + "f = open('/dev/null')\nprint(f.fileno() < 100, len(fds))")
         self.assertEqual(ev["stdout"], "True 2\n")
 
+    def test_capture_works_under_a_low_open_files_limit(self):
+        d = Driver(prelude="import resource\nresource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))\n")
+        self.addCleanup(d.close)
+        ev = d.execute("import sys\nprint('out')\nprint('err', file=sys.stderr)")
+        self.assertEqual((ev["stdout"], ev["stderr"]), ("out\n", "err\n"))
+
     def test_replaced_sys_stdout_is_restored(self):
         self.run_ok("import io, sys\nsys.stdout = io.StringIO()\nprint('lost')")
         self.assertEqual(self.run_ok("print('seen')")["stdout"], "seen\n")
