@@ -616,7 +616,7 @@ static void on_exit_fd(void *ud, int fd, short revents)
     loop_ready(p->lp, p->id);
 }
 
-static void flush_input(struct process *p, int from_loop);
+static void flush_input(struct process *p, int announce);
 
 static void on_writable(void *ud, int fd, short revents)
 {
