@@ -32,11 +32,11 @@ local rlm_e, lua_e = startup({T.rlm, "-e", ""}, sys.which("lua5.4") and {"lua5.4
 print(("startup   rlm -e ''            median %.2f ms   (floor: lua5.4 -e '' %s, %.1fx)"):format(
   rlm_e, lua_e and ("%.2f ms"):format(lua_e) or "not installed", lua_e and rlm_e / lua_e or 0))
 
-local exec, bare = startup({T.rlm, "exec", "print(1)"},
-                           {"bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
-                            "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-                            "--symlink", "usr/bin", "/bin", "--proc", "/proc", "--dev", "/dev",
-                            "--tmpfs", "/tmp", "/usr/bin/python3", "-c", "print(1)"}, 30)
+local BARE_BWRAP = {"bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+                    "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+                    "--symlink", "usr/bin", "/bin", "--proc", "/proc", "--dev", "/dev",
+                    "--tmpfs", "/tmp", "/usr/bin/python3", "-c", "print(1)"}
+local exec, bare = startup({T.rlm, "exec", "print(1)"}, BARE_BWRAP, 30)
 print(("startup   rlm exec 'print(1)'  median %.2f ms   (floor: bwrap + python3 -c %.2f ms, %.2fx)"):format(
   exec, bare, exec / bare))
 local server = T.server{"tests/standins/echo"}

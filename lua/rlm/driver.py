@@ -51,9 +51,10 @@ Execute semantics
 - fd 1 and fd 2 point at private temp files at the start of every block (code that moved or
   closed them finds them put back; what reached the files before is the block's output); the
   protocol uses dups of the original stdin/stdout, and fd 0 reads /dev/null, so neither user
-  code nor its subprocesses can touch the protocol. Output longer than max_output_chars keeps head and tail around a line
-  `... [N characters cut] ...`; stdout_chars/stderr_chars count every character (for invalid
-  UTF-8 the count is of lead bytes). Text is decoded as UTF-8 with U+FFFD for bad bytes.
+  code nor its subprocesses can touch the protocol. Output longer than max_output_chars keeps
+  head and tail around a line `... [N characters cut] ...`; stdout_chars/stderr_chars count
+  every character (for invalid UTF-8 the count is of lead bytes). Text is decoded as UTF-8
+  with U+FFFD for bad bytes.
 - SUBMIT(*values, **fields) ends the block (a BaseException, so `except Exception` does not
   stop it); positional values take the output_names in order. Values must be JSON: bytes are
   sent as str decoded with surrogateescape (\\udc80-\\udcff stand for raw bytes), tuples as
