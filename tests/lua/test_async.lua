@@ -44,6 +44,51 @@ tests["map keeps order and isolates failures"] = function()
   T.eq(out[4].ok, false)
 end
 
+tests["map holds its cap, starts items in order and goes on past a failure"] = function()
+  local active, peak, started = 0, 0, {}
+  local out = async.map({1, 2, 3, 4, 5, 6, 7}, function(n)
+    started[#started + 1] = n
+    active = active + 1
+    peak = math.max(peak, active)
+    async.sleep(0.01 * (n % 3))
+    active = active - 1
+    if n == 2 then error("item two fails") end
+    return n
+  end, 3)
+  T.eq(peak, 3)
+  T.eq(table.concat(started, ","), "1,2,3,4,5,6,7")
+  for i, slot in ipairs(out) do
+    if i == 2 then
+      T.eq(slot.ok, false)
+      T.contains(slot.error, "item two fails")
+    else
+      T.eq(slot.ok, true)
+      T.eq(slot[1], i)
+    end
+  end
+  T.eq(#out, 7)
+end
+
+tests["map runs its items on as many tasks as the cap, not one each"] = function()
+  local create, made = coroutine.create, 0
+  coroutine.create = function(f) made = made + 1; return create(f) end
+  local ok, out = pcall(async.map, {}, function() end, 4)
+  local items = {}
+  for i = 1, 200 do items[i] = i end
+  local ok2, out2 = pcall(async.map, items, function(n) async.sleep(0); return n end, 4)
+  coroutine.create = create
+  T.truthy(ok and ok2, tostring(out) .. tostring(out2))
+  T.eq(#out, 0)
+  T.eq(out2[200][1], 200)
+  T.eq(made, 4)
+end
+
+tests["map with a cap of 0 still runs, one at a time"] = function()
+  local out = async.map({"a", "b"}, function(s) return s:upper() end, 0)
+  T.eq(out[1][1], "A")
+  T.eq(out[2][1], "B")
+end
+
 tests["user coroutines inside tasks still work"] = function()
   local t = async.spawn(function()
     local gen = coroutine.wrap(function() for i = 1, 3 do coroutine.yield(i) end end)
