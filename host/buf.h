@@ -13,8 +13,9 @@ struct buf {
     size_t len, cap, off;
 };
 
-/* Appends n bytes, keeping a NUL after them; 0 on success, -1 when out of memory. */
-static inline int buf_add(struct buf *b, const void *p, size_t n)
+/* Room for n more bytes (and a NUL) after the live ones; returns where they go, or NULL when
+ * out of memory. len is unchanged: the caller adds what it wrote. */
+static inline char *buf_room(struct buf *b, size_t n)
 {
     if (b->len + n + 1 > b->cap && b->off) {   /* reclaim the consumed front first */
         char *base = b->data - b->off;
@@ -29,12 +30,21 @@ static inline int buf_add(struct buf *b, const void *p, size_t n)
             cap *= 2;
         char *d = realloc(b->data, cap);
         if (d == NULL)
-            return -1;
+            return NULL;
         b->data = d;
         b->cap = cap;
     }
+    return b->data + b->len;
+}
+
+/* Appends n bytes, keeping a NUL after them; 0 on success, -1 when out of memory. */
+static inline int buf_add(struct buf *b, const void *p, size_t n)
+{
+    char *to = buf_room(b, n);
+    if (to == NULL)
+        return -1;
     if (n)
-        memcpy(b->data + b->len, p, n);
+        memcpy(to, p, n);
     b->len += n;
     b->data[b->len] = '\0';
     return 0;

@@ -2,6 +2,7 @@
  * encoding writes into a buffer owned by a userdata, so an out-of-memory error raised by Lua in
  * the middle never leaks it. */
 #include <assert.h>
+#include <errno.h>
 #include <locale.h>
 #include <math.h>
 #include <stdarg.h>
@@ -38,12 +39,21 @@ static char locale_point(void)
 
 /* ======================================================================== decoding */
 
+/* With L, values are pushed as they are decoded. Without, the text is only checked (json_check),
+ * or one string is unescaped into a buffer the caller gave as scratch_data (json_unescape). */
 struct decoder {
     lua_State *L;
     const char *start, *p, *end;
     int array_mt, object_mt, scratch;   /* absolute stack slots */
     char *scratch_data;
-    size_t scratch_cap;
+    size_t scratch_cap, unescaped;
+    /* json_pick: live has a bit for each pick whose path begins with the path of the value
+     * being read (0: none does, so nothing is tracked below it); depth is that path's length
+     * in the picks' text. */
+    struct json_pick *picks;
+    int npicks;
+    uint64_t live;
+    size_t depth_at;
     int depth;
     char point;
     char *err;
@@ -75,12 +85,17 @@ static void skip_space(struct decoder *d)
 }
 
 static int decode_value(struct decoder *d);
+static size_t enter_index(struct decoder *d, lua_Integer n);
+static size_t enter_key(struct decoder *d, const char *k);
+static void leave_item(struct decoder *d, uint64_t live, size_t before);
 
 /* Makes room for n more bytes after the first used ones of the scratch buffer; the buffer is
  * a userdata in its own stack slot, so Lua reclaims it whatever happens. */
 static void scratch_reserve(struct decoder *d, size_t used, size_t n)
 {
-    if (used + n <= d->scratch_cap)
+    /* Without Lua the caller's buffer is as long as the escaped text, and no output is
+     * longer than its input. */
+    if (used + n <= d->scratch_cap || d->L == NULL)
         return;
     size_t cap = d->scratch_cap ? d->scratch_cap * 2 : 256;
     while (cap < used + n)
@@ -160,15 +175,18 @@ static size_t unicode_escape(struct decoder *d, const char *p, char *o, const ch
  * quote. No output is longer than its escaped input, so reserving per escape is enough. */
 static int decode_escaped(struct decoder *d, const char *s, const char *p)
 {
+    char dropped[4];   /* a check writes each escape's bytes here, and keeps none */
     size_t used = (size_t)(p - s - 1);
     scratch_reserve(d, 0, used + 16);
-    memcpy(d->scratch_data, s + 1, used);
+    if (d->scratch_data)
+        memcpy(d->scratch_data, s + 1, used);
     for (;;) {
         const char *run = p;
         while (p < d->end && !string_stop[(unsigned char)*p])
             p++;
         scratch_reserve(d, used, (size_t)(p - run) + 4);
-        memcpy(d->scratch_data + used, run, (size_t)(p - run));
+        if (d->scratch_data)
+            memcpy(d->scratch_data + used, run, (size_t)(p - run));
         used += (size_t)(p - run);
         if (p >= d->end)
             return fail_at(d, s, "unterminated string");
@@ -178,7 +196,7 @@ static int decode_escaped(struct decoder *d, const char *s, const char *p)
             return fail_at(d, p, "control character in string");
         if (p + 1 >= d->end)
             return fail_at(d, s, "unterminated string");
-        char *o = d->scratch_data + used, c;
+        char *o = d->scratch_data ? d->scratch_data + used : dropped, c;
         switch (p[1]) {
         case '"': c = '"'; break;
         case '\\': c = '\\'; break;
@@ -202,7 +220,9 @@ static int decode_escaped(struct decoder *d, const char *s, const char *p)
         used++;
         p += 2;
     }
-    lua_pushlstring(d->L, d->scratch_data, used);
+    if (d->L)
+        lua_pushlstring(d->L, d->scratch_data, used);
+    d->unescaped = used;
     d->p = p + 1;
     return 1;
 }
@@ -215,7 +235,12 @@ static int decode_string(struct decoder *d)
     if (p >= end)
         return fail_at(d, s, "unterminated string");
     if (*p == '"') {
-        lua_pushlstring(d->L, s + 1, (size_t)(p - s - 1));
+        size_t n = (size_t)(p - s - 1);
+        if (d->L)
+            lua_pushlstring(d->L, s + 1, n);
+        else if (d->scratch_data)
+            memcpy(d->scratch_data, s + 1, n);
+        d->unescaped = n;
         d->p = p + 1;
         return 1;
     }
@@ -248,7 +273,8 @@ static int decode_float(struct decoder *d, const char *s, size_t n)
      * error the caller reports, rather than let it fail later where nobody expects it. */
     if (isinf(v))
         return fail_at(d, s, "number out of range");
-    lua_pushnumber(d->L, v);
+    if (d->L)
+        lua_pushnumber(d->L, v);
     return 1;
 }
 
@@ -299,15 +325,10 @@ static int decode_number(struct decoder *d)
         integral = 0;
     }
     d->p = p;
-    if (integral && ndigits <= 19) {
-        if (!neg && acc <= (uint64_t)INT64_MAX) {
-            lua_pushinteger(d->L, (lua_Integer)acc);
-            return 1;
-        }
-        if (neg && acc <= (uint64_t)INT64_MAX + 1) {
-            lua_pushinteger(d->L, (lua_Integer)(0 - acc));
-            return 1;
-        }
+    if (integral && ndigits <= 19 && acc <= (uint64_t)INT64_MAX + neg) {
+        if (d->L)
+            lua_pushinteger(d->L, neg ? (lua_Integer)(0 - acc) : (lua_Integer)acc);
+        return 1;
     }
     return decode_float(d, s, (size_t)(p - s));
 }
@@ -331,7 +352,7 @@ static int decode_literal(struct decoder *d, const char *word, size_t n)
  * as the document needs. */
 static int room(struct decoder *d)
 {
-    if (!lua_checkstack(d->L, 6))   /* key, value, and make_table's table and two copies */
+    if (d->L && !lua_checkstack(d->L, 6))   /* key, value, and make_table's table and two copies */
         return fail_at(d, d->p, "out of Lua stack");
     return 1;
 }
@@ -353,7 +374,8 @@ static int open_container(struct decoder *d, char close)
 {
     if (!enter(d))
         return -1;
-    lua_pushnil(d->L);
+    if (d->L)
+        lua_pushnil(d->L);
     d->p++;
     skip_space(d);
     if (d->p < d->end && *d->p == close) {
@@ -405,11 +427,31 @@ static void make_table(lua_State *L, int base, int is_array)
     lua_settop(L, base);
 }
 
-/* Marks the finished container (on top) as an array or object for the encoder. */
-static int close_container(struct decoder *d, int mt)
+/* Puts the item just decoded (a value, or a key and its value) into the container at base: the
+ * first DECODE_BATCH wait on the stack and go into a table made at their count. */
+static void store_item(lua_State *L, int base, lua_Integer n, int *made, int is_array)
 {
-    lua_pushvalue(d->L, mt);
-    lua_setmetatable(d->L, -2);
+    if (*made) {
+        if (is_array)
+            lua_rawseti(L, base, n);
+        else
+            lua_rawset(L, base);
+    } else if (n == DECODE_BATCH) {
+        make_table(L, base, is_array);
+        *made = 1;
+    }
+}
+
+/* Makes the finished container's table (when its items still wait) and marks it as an array
+ * or object for the encoder. */
+static int close_container(struct decoder *d, int base, int made, int is_array)
+{
+    if (d->L) {
+        if (!made)
+            make_table(d->L, base, is_array);
+        lua_pushvalue(d->L, is_array ? d->array_mt : d->object_mt);
+        lua_setmetatable(d->L, -2);
+    }
     d->depth--;
     return 1;
 }
@@ -417,36 +459,37 @@ static int close_container(struct decoder *d, int mt)
 static int decode_array(struct decoder *d)
 {
     int more = open_container(d, ']');
-    int base = lua_gettop(d->L), made = 0;
+    int base = d->L ? lua_gettop(d->L) : 0, made = 0;
+    uint64_t live = d->live;
     for (lua_Integer n = 1; more > 0; n++) {
+        size_t depth = live ? enter_index(d, n) : 0;
         if (!room(d) || !decode_value(d))
             return 0;
-        if (made) {
-            lua_rawseti(d->L, base, n);
-        } else if (n == DECODE_BATCH) {
-            make_table(d->L, base, 1);
-            made = 1;
-        }
+        if (live)
+            leave_item(d, live, depth);
+        if (d->L)
+            store_item(d->L, base, n, &made, 1);
         more = next_item(d, ']');
     }
     if (more < 0)
         return 0;
-    if (!made)
-        make_table(d->L, base, 1);
-    return close_container(d, d->array_mt);
+    return close_container(d, base, made, 1);
 }
 
 static int decode_object(struct decoder *d)
 {
     int more = open_container(d, '}');
-    int base = lua_gettop(d->L), made = 0, pairs = 0;
+    int base = d->L ? lua_gettop(d->L) : 0, made = 0, pairs = 0;
+    uint64_t live = d->live;
     while (more > 0) {
         if (d->p >= d->end)
             return fail_at(d, d->p, "unexpected end of input");
         if (*d->p != '"')
             return fail_at(d, d->p, "expected a string key");
+        const char *key = d->p;
         if (!room(d) || !decode_string(d))
             return 0;
+        size_t depth = live ? enter_key(d, key) : 0;
         skip_space(d);
         if (d->p >= d->end)
             return fail_at(d, d->p, "unexpected end of input");
@@ -455,24 +498,19 @@ static int decode_object(struct decoder *d)
         d->p++;
         if (!decode_value(d))
             return 0;
-        if (made) {
-            lua_rawset(d->L, base);
-        } else if (++pairs == DECODE_BATCH) {
-            make_table(d->L, base, 0);
-            made = 1;
-        }
+        if (live)
+            leave_item(d, live, depth);
+        if (d->L)
+            store_item(d->L, base, ++pairs, &made, 0);
         more = next_item(d, '}');
     }
     if (more < 0)
         return 0;
-    if (!made)
-        make_table(d->L, base, 0);
-    return close_container(d, d->object_mt);
+    return close_container(d, base, made, 0);
 }
 
-static int decode_value(struct decoder *d)
+static int decode_any(struct decoder *d)
 {
-    skip_space(d);
     if (d->p >= d->end)
         return fail_at(d, d->p, "unexpected end of input");
     switch (*d->p) {
@@ -485,17 +523,20 @@ static int decode_value(struct decoder *d)
     case 't':
         if (!decode_literal(d, "true", 4))
             return 0;
-        lua_pushboolean(d->L, 1);
+        if (d->L)
+            lua_pushboolean(d->L, 1);
         return 1;
     case 'f':
         if (!decode_literal(d, "false", 5))
             return 0;
-        lua_pushboolean(d->L, 0);
+        if (d->L)
+            lua_pushboolean(d->L, 0);
         return 1;
     case 'n':
         if (!decode_literal(d, "null", 4))
             return 0;
-        lua_pushlightuserdata(d->L, NULL);
+        if (d->L)
+            lua_pushlightuserdata(d->L, NULL);
         return 1;
     case '-': case '0': case '1': case '2': case '3': case '4':
     case '5': case '6': case '7': case '8': case '9':
@@ -503,6 +544,89 @@ static int decode_value(struct decoder *d)
     default:
         return fail_at(d, d->p, "expected a value");
     }
+}
+
+/* Where the value just read (from start) is one of the picks, it is remembered there; a
+ * repeated key comes later and so wins, as in a decoded table. */
+static void mark_picks(struct decoder *d, const char *start)
+{
+    for (int i = 0; i < d->npicks; i++) {
+        if ((d->live >> i & 1) && d->picks[i].path[d->depth_at] == '\0') {
+            d->picks[i].at = start;
+            d->picks[i].len = (size_t)(d->p - start);
+        }
+    }
+}
+
+static int decode_value(struct decoder *d)
+{
+    skip_space(d);
+    if (!d->live)
+        return decode_any(d);
+    const char *start = d->p;
+    if (!decode_any(d))
+        return 0;
+    mark_picks(d, start);
+    return 1;
+}
+
+/* Steps into an item (a key, or an array's 1-based index, as text): live keeps the picks that
+ * go on with this step. leave_item(d, the container's live, the returned depth) steps back. */
+static size_t enter_item(struct decoder *d, const char *step, size_t n)
+{
+    size_t before = d->depth_at, at = before ? before + 1 : 0;
+    uint64_t live = 0;
+    for (int i = 0; i < d->npicks; i++) {
+        const char *want = d->picks[i].path;
+        int goes_on = before ? want[before] == '.' : want[0] != '\0';
+        if ((d->live >> i & 1) && goes_on && want[at] == step[0] &&
+            strncmp(want + at, step, n) == 0 && (want[at + n] == '\0' || want[at + n] == '.'))
+            live |= (uint64_t)1 << i;
+    }
+    d->live = live;
+    d->depth_at = at + n;
+    return before;
+}
+
+/* Steps into an item no pick names. */
+static size_t enter_nowhere(struct decoder *d)
+{
+    d->live = 0;
+    return d->depth_at;
+}
+
+static void leave_item(struct decoder *d, uint64_t live, size_t before)
+{
+    d->live = live;
+    d->depth_at = before;
+}
+
+static size_t enter_index(struct decoder *d, lua_Integer n)
+{
+    char digits[24], *p = digits + sizeof digits;
+    do
+        *--p = (char)('0' + n % 10);
+    while ((n /= 10) > 0);
+    return enter_item(d, p, (size_t)(digits + sizeof digits - p));
+}
+
+/* Steps into the key just checked (its quote at k); escapes are undone first. A key of digits
+ * only leads to no pick: such a step of a pick is an array index. */
+static size_t enter_key(struct decoder *d, const char *k)
+{
+    size_t raw = (size_t)(d->p - k), n = raw - 2;
+    char step[JSON_PICK_PATH_MAX];
+    const char *text = k + 1;
+    if (memchr(k + 1, '\\', n) != NULL) {
+        if (raw > sizeof step)
+            return enter_nowhere(d);   /* longer than any step a pick names */
+        n = json_unescape(k, raw, step);
+        step[n] = '\0';
+        text = step;
+    }
+    if (n == 0 || strspn(text, "0123456789") >= n)
+        return enter_nowhere(d);
+    return enter_item(d, text, n);
 }
 
 int json_decode(lua_State *L, const char *s, size_t len, char *err, size_t errlen)
@@ -530,6 +654,89 @@ int json_decode(lua_State *L, const char *s, size_t len, char *err, size_t errle
     lua_replace(L, top + 1);
     lua_settop(L, top + 1);
     return 1;
+}
+
+/* ======================================================================== finding */
+
+int json_pick(const char *s, size_t len, struct json_pick *picks, int npicks, char *err,
+              size_t errlen)
+{
+    assert(npicks <= JSON_PICKS_MAX);
+    for (int i = 0; i < npicks; i++)
+        picks[i].at = NULL;
+    struct decoder d = {.start = s, .p = s, .end = s + len, .err = err, .errlen = errlen,
+                        .point = locale_point(), .picks = picks, .npicks = npicks,
+                        .live = npicks ? ~(uint64_t)0 >> (64 - npicks) : 0};
+    if (!decode_value(&d))
+        return 0;
+    skip_space(&d);
+    if (d.p != d.end)
+        return fail_at(&d, d.p, "unexpected data after the value");
+    return 1;
+}
+
+int json_check(const char *s, size_t len, char *err, size_t errlen)
+{
+    return json_pick(s, len, NULL, 0, err, errlen);
+}
+
+const char *json_next_item(const char *array, size_t len, const char *after, size_t *item_len)
+{
+    char err[8];
+    struct decoder d = {.start = array, .p = after ? after : array + 1, .end = array + len,
+                        .err = err, .errlen = sizeof err, .point = locale_point()};
+    skip_space(&d);
+    if (after && d.p < d.end && *d.p == ',')
+        d.p++;
+    skip_space(&d);
+    if (d.p >= d.end || *d.p == ']')
+        return NULL;
+    const char *item = d.p;
+    if (!decode_value(&d))
+        return NULL;
+    *item_len = (size_t)(d.p - item);
+    return item;
+}
+
+size_t json_unescape(const char *v, size_t len, char *out)
+{
+    char err[8];
+    struct decoder d = {.start = v, .p = v, .end = v + len, .err = err, .errlen = sizeof err,
+                        .scratch_data = out, .scratch_cap = len};
+    return decode_string(&d) ? d.unescaped : 0;
+}
+
+static int integer_of(char *text, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long i = strtoll(text, &end, 10);
+    if (*end == '\0' && errno == 0) {
+        *out = i;
+        return 1;
+    }
+    if (locale_point() != '.' && (end = strchr(text, '.')) != NULL)
+        *end = locale_point();
+    double f = strtod(text, NULL);
+    if (!(f > -9223372036854775808.0 && f < 9223372036854775808.0))
+        return 0;
+    *out = (int64_t)f;
+    return 1;
+}
+
+int json_integer(const char *v, size_t len, int64_t *out)
+{
+    if (len == 0 || !(*v == '-' || (*v >= '0' && *v <= '9')))
+        return 0;
+    char small[64], *text = len < sizeof small ? small : malloc(len + 1);
+    if (text == NULL)
+        return 0;
+    memcpy(text, v, len);
+    text[len] = '\0';
+    int ok = integer_of(text, out);
+    if (text != small)
+        free(text);
+    return ok;
 }
 
 /* ======================================================================== encoding */

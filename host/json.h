@@ -35,6 +35,7 @@
 #ifndef RLM_JSON_H
 #define RLM_JSON_H
 #include <stddef.h>
+#include <stdint.h>
 #include <lua.h>
 
 #define JSON_MAX_DEPTH 1000
@@ -43,6 +44,41 @@
  * nothing and returns 0 with a message like "invalid JSON at byte 17: expected ',' or '}'" in
  * err, where 17 is the 0-based offset of the offending byte. */
 int json_decode(lua_State *L, const char *s, size_t len, char *err, size_t errlen);
+
+/* Reading a few fields of a document without making Lua values (a model's answer, say).
+ * json_check checks text as json_decode would (same rules, same messages) and pushes nothing.
+ * json_pick does the same and, in the same pass, finds the values at the picks' paths: steps
+ * split by '.', each a key or, when all digits, a 1-based array index
+ * ("choices.1.message.content"; "" is the whole value). A step of the other kind finds nothing
+ * (an index never names an object's key). Each pick found gets its value's first byte and
+ * length; the others get at = NULL. A repeated key: the last one wins, as in json_decode. A
+ * value's type is its first byte: '"' string, '{' object, '[' array, 't'/'f', 'n', else a
+ * number. */
+#define JSON_PICK_PATH_MAX 128   /* a key written with escapes matches up to this length */
+#define JSON_PICKS_MAX 64        /* picks in one call */
+
+struct json_pick {
+    const char *path;      /* in */
+    const char *at;        /* out: NULL when absent */
+    size_t len;
+};
+
+int json_check(const char *s, size_t len, char *err, size_t errlen);
+int json_pick(const char *s, size_t len, struct json_pick *picks, int npicks, char *err,
+              size_t errlen);
+
+/* The items of a checked array one by one: the first when after is NULL, else the one after
+ * the item that ends at after. Sets *item_len; NULL when there are no more. */
+const char *json_next_item(const char *array, size_t len, const char *after, size_t *item_len);
+
+/* Writes the text of the checked string value v[0..len) (quotes included) into out, which has
+ * room for len bytes (none is longer), with json_decode's rules for escapes; returns its
+ * length. */
+size_t json_unescape(const char *v, size_t len, char *out);
+
+/* The checked number v[0..len) as an integer: exact when it is an integer literal that fits,
+ * else truncated toward zero. 0 when it is not a number or out of int64's range. */
+int json_integer(const char *v, size_t len, int64_t *out);
 
 struct json_encode_opts {
     int indent;    /* > 0: pretty-print with this many spaces per level, ", " -> ",\n", ": " */

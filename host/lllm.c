@@ -56,8 +56,9 @@ struct wire {
     /* Puts messages (and the system prompt, and max_tokens and stop) into the body table. */
     void (*build)(lua_State *L, struct call *k, int req, int msgs, int body);
     int (*ends_stream)(const char *event, const char *data, size_t len);
-    void (*event)(lua_State *L, struct call *k, int obj);      /* one decoded stream event */
-    void (*whole)(lua_State *L, struct call *k, int obj);      /* a whole response body */
+    /* Read one stream event, or a whole response body; 0 when it is not valid JSON. */
+    int (*event)(struct call *k, const char *data, size_t len, char *err, size_t errlen);
+    int (*whole)(struct call *k, const char *data, size_t len, char *err, size_t errlen);
     const char *const (*finish_words)[2];                        /* its stop reasons -> OpenAI's */
 };
 
@@ -480,57 +481,62 @@ static int l_start(lua_State *L)
     return 1;
 }
 
-/* ---------- decoding (Lua context) ---------- */
+/* ---------- decoding ---------- */
 
-/* Pushes obj.a.b.1.c for the dotted path; nil when a step is missing. Returns the type. */
-static int push_path(lua_State *L, int obj, const char *path)
+/* An answer's few fields are found in one pass over its JSON text, which is checked in the
+ * same pass (json.h's json_pick): no Lua table is made of a document read for five values.
+ * Every list of picks starts with the two places a provider puts an error's message. */
+#define WANT(path) {(path), NULL, 0}
+#define ERROR_PICKS WANT("error.message"), WANT("error")
+
+/* The string picked, unescaped into out (reset first); 0 when there is none. */
+static int pick_string(const struct json_pick *p, struct buf *out)
 {
-    lua_pushvalue(L, obj);
-    for (const char *p = path; *p;) {
-        const char *dot = strchr(p, '.');
-        size_t n = dot ? (size_t)(dot - p) : strlen(p);
-        if (!lua_istable(L, -1)) {
-            lua_pop(L, 1);
-            lua_pushnil(L);
-            return LUA_TNIL;
-        }
-        if (isdigit((unsigned char)*p))
-            lua_rawgeti(L, -1, strtoll(p, NULL, 10));
-        else {
-            lua_pushlstring(L, p, n);
-            lua_rawget(L, -2);
-        }
-        lua_remove(L, -2);
-        p = dot ? dot + 1 : p + n;
+    buf_clear(out);
+    char *to = p->at && *p->at == '"' ? buf_room(out, p->len) : NULL;
+    if (to == NULL)
+        return 0;
+    out->len = json_unescape(p->at, p->len, to);
+    out->data[out->len] = '\0';
+    return 1;
+}
+
+/* The string picked, cut to fit out (and at a NUL, as a C string is); unchanged when none. */
+static void take_string(const struct json_pick *p, char *out, size_t size)
+{
+    char small[256];
+    if (p->at == NULL || *p->at != '"')
+        return;
+    if (p->len > sizeof small) {
+        struct buf text = {0};
+        if (pick_string(p, &text))
+            snprintf(out, size, "%s", text.data);
+        buf_free(&text);
+        return;
     }
-    return lua_type(L, -1);
+    size_t n = json_unescape(p->at, p->len, small);
+    snprintf(out, size, "%.*s", (int)n, small);
 }
 
-static void take_string(lua_State *L, int obj, const char *path, char *out, size_t size)
+static void take_count(const struct json_pick *p, lua_Integer *out)
 {
-    if (push_path(L, obj, path) == LUA_TSTRING)
-        snprintf(out, size, "%s", lua_tostring(L, -1));
-    lua_pop(L, 1);
+    int64_t n;
+    if (p->at && json_integer(p->at, p->len, &n))
+        *out = (lua_Integer)n;
 }
 
-static void take_count(lua_State *L, int obj, const char *path, lua_Integer *out)
+static void add_text(struct call *k, const struct json_pick *p)
 {
-    if (push_path(L, obj, path) == LUA_TNUMBER)
-        *out = (lua_Integer)lua_tonumber(L, -1);
-    lua_pop(L, 1);
+    char *to = p->at && *p->at == '"' ? buf_room(&k->text, p->len) : NULL;
+    if (to == NULL)
+        return;
+    k->text.len += json_unescape(p->at, p->len, to);
+    k->text.data[k->text.len] = '\0';
 }
 
-static int add_text(lua_State *L, struct call *k, int obj, const char *path)
+static int is_container(const struct json_pick *p)
 {
-    int ok = 0;
-    if (push_path(L, obj, path) == LUA_TSTRING) {
-        size_t n;
-        const char *s = lua_tolstring(L, -1, &n);
-        buf_add(&k->text, s, n);
-        ok = 1;
-    }
-    lua_pop(L, 1);
-    return ok;
+    return p->at && (*p->at == '[' || *p->at == '{');
 }
 
 static void fail_with(struct call *k, const char *kind, const char *fmt, ...)
@@ -542,63 +548,77 @@ static void fail_with(struct call *k, const char *kind, const char *fmt, ...)
     k->failure_kind = kind;
 }
 
-/* Pushes the provider's own message in an error body (both providers nest it as
- * error.message; some servers send a bare string) and returns it, or pushes nil. */
-static const char *push_error_message(lua_State *L, int obj, int top_level_message)
+/* The provider's own message among picks that start with ERROR_PICKS (both providers nest
+ * it as error.message; some servers send a bare string), and after them, with
+ * top_level_message, a bare "message"; into out, or 0 when there is none. */
+static int error_message(const struct json_pick *picks, int top_level_message, struct buf *out)
 {
-    static const char *const paths[] = {"error.message", "error", "message"};
-    for (int i = 0; i < (top_level_message ? 3 : 2); i++) {
-        if (push_path(L, obj, paths[i]) == LUA_TSTRING)
-            return lua_tostring(L, -1);
-        lua_pop(L, 1);
-    }
-    lua_pushnil(L);
-    return NULL;
+    for (int i = 0; i < (top_level_message ? 3 : 2); i++)
+        if (pick_string(&picks[i], out))
+            return 1;
+    return 0;
 }
 
 /* A 2xx body or stream event that carries an error instead of an answer. */
-static int take_provider_error(lua_State *L, struct call *k, int obj)
+static int take_provider_error(struct call *k, const struct json_pick *picks)
 {
-    const char *msg = push_error_message(L, obj, 0);
-    if (msg)
-        fail_with(k, "provider", "the provider reported an error: %s", msg);
-    lua_settop(L, obj);
-    return msg != NULL;
+    struct buf msg = {0};
+    int found = error_message(picks, 0, &msg);
+    if (found)
+        fail_with(k, "provider", "the provider reported an error: %s", msg.data);
+    buf_free(&msg);
+    return found;
 }
 
-static void openai_event(lua_State *L, struct call *k, int obj)
+#define PICK(picks) picks, (int)(sizeof picks / sizeof *picks)
+
+static int openai_event(struct call *k, const char *data, size_t len, char *err, size_t errlen)
 {
-    if (take_provider_error(L, k, obj))
-        return;
-    take_string(L, obj, "model", k->model, sizeof k->model);
-    add_text(L, k, obj, "choices.1.delta.content");
-    take_string(L, obj, "choices.1.finish_reason", k->finish, sizeof k->finish);
-    take_count(L, obj, "usage.prompt_tokens", &k->input_tokens);
-    take_count(L, obj, "usage.completion_tokens", &k->output_tokens);
+    struct json_pick p[] = {ERROR_PICKS, WANT("model"), WANT("choices.1.delta.content"),
+                            WANT("choices.1.finish_reason"), WANT("usage.prompt_tokens"),
+                            WANT("usage.completion_tokens")};
+    if (!json_pick(data, len, PICK(p), err, errlen))
+        return 0;
+    if (take_provider_error(k, p))
+        return 1;
+    take_string(&p[2], k->model, sizeof k->model);
+    add_text(k, &p[3]);
+    take_string(&p[4], k->finish, sizeof k->finish);
+    take_count(&p[5], &k->input_tokens);
+    take_count(&p[6], &k->output_tokens);
+    return 1;
 }
 
-static void anthropic_event(lua_State *L, struct call *k, int obj)
+static int anthropic_event(struct call *k, const char *data, size_t len, char *err,
+                           size_t errlen)
 {
+    struct json_pick p[] = {ERROR_PICKS, WANT("type"), WANT("message.model"),
+                            WANT("message.usage.input_tokens"), WANT("message.usage.output_tokens"),
+                            WANT("delta.text"), WANT("delta.stop_reason"), WANT("usage.input_tokens"),
+                            WANT("usage.output_tokens")};
+    if (!json_pick(data, len, PICK(p), err, errlen))
+        return 0;
     char type[40] = "";
-    take_string(L, obj, "type", type, sizeof type);
+    take_string(&p[2], type, sizeof type);
     if (strcmp(type, "error") == 0) {
-        if (!take_provider_error(L, k, obj))
+        if (!take_provider_error(k, p))
             fail_with(k, "provider", "the stream reported an error");
     } else if (strcmp(type, "message_start") == 0) {
-        take_string(L, obj, "message.model", k->model, sizeof k->model);
-        take_count(L, obj, "message.usage.input_tokens", &k->input_tokens);
-        take_count(L, obj, "message.usage.output_tokens", &k->output_tokens);
+        take_string(&p[3], k->model, sizeof k->model);
+        take_count(&p[4], &k->input_tokens);
+        take_count(&p[5], &k->output_tokens);
     } else if (strcmp(type, "content_block_delta") == 0) {
-        add_text(L, k, obj, "delta.text");
+        add_text(k, &p[6]);
     } else if (strcmp(type, "message_delta") == 0) {
-        take_string(L, obj, "delta.stop_reason", k->finish, sizeof k->finish);
-        take_count(L, obj, "usage.input_tokens", &k->input_tokens);
-        take_count(L, obj, "usage.output_tokens", &k->output_tokens);
+        take_string(&p[7], k->finish, sizeof k->finish);
+        take_count(&p[8], &k->input_tokens);
+        take_count(&p[9], &k->output_tokens);
     }
+    return 1;
 }
 
 /* Decodes the queued events into text, model, finish reason and usage. */
-static void drain_events(lua_State *L, struct call *k)
+static void drain_events(struct call *k)
 {
     const char *p = k->events.data, *end = p + k->events.len;
     char err[160];
@@ -611,14 +631,10 @@ static void drain_events(lua_State *L, struct call *k)
         p = data + dlen + 1;
         if (dlen == 6 && memcmp(data, "[DONE]", 6) == 0)   /* OpenAI's end, not JSON */
             continue;
-        int top = lua_gettop(L);
-        if (!json_decode(L, data, dlen, err, sizeof err)) {
+        if (!k->wire->event(k, data, dlen, err, sizeof err)) {
             fail_with(k, "malformed", "a stream event is not valid JSON (%s): %.120s", err, data);
-            lua_settop(L, top);
             break;
         }
-        k->wire->event(L, k, top + 1);
-        lua_settop(L, top);
     }
     buf_clear(&k->events);
     if (k->failure[0])   /* the answer is unusable: stop the transfer, the call is finished */
@@ -630,7 +646,7 @@ static int call_take_deltas(lua_State *L)
     struct call *k = check_call(L, 1);
     size_t before = k->text.len;
     if (k->url)
-        drain_events(L, k);
+        drain_events(k);
     k->notified = 0;
     lua_pushlstring(L, k->text.data ? k->text.data + before : "", k->text.len - before);
     if (k->text.len > before)
@@ -638,54 +654,68 @@ static int call_take_deltas(lua_State *L)
     return 1;
 }
 
-static void openai_whole(lua_State *L, struct call *k, int obj)
+static int openai_whole(struct call *k, const char *data, size_t len, char *err, size_t errlen)
 {
-    if (push_path(L, obj, "choices.1") != LUA_TTABLE)
+    struct json_pick p[] = {ERROR_PICKS, WANT("model"), WANT("choices.1"), WANT("choices.1.message.content"),
+                            WANT("choices.1.finish_reason"), WANT("usage.prompt_tokens"),
+                            WANT("usage.completion_tokens")};
+    if (!json_pick(data, len, PICK(p), err, errlen))
+        return 0;
+    if (take_provider_error(k, p))
+        return 1;
+    take_string(&p[2], k->model, sizeof k->model);
+    if (!is_container(&p[3]))
         fail_with(k, "malformed", "the response has no choices");
-    lua_pop(L, 1);
-    add_text(L, k, obj, "choices.1.message.content");
-    take_string(L, obj, "choices.1.finish_reason", k->finish, sizeof k->finish);
-    take_count(L, obj, "usage.prompt_tokens", &k->input_tokens);
-    take_count(L, obj, "usage.completion_tokens", &k->output_tokens);
+    add_text(k, &p[4]);
+    take_string(&p[5], k->finish, sizeof k->finish);
+    take_count(&p[6], &k->input_tokens);
+    take_count(&p[7], &k->output_tokens);
+    return 1;
 }
 
-static void anthropic_whole(lua_State *L, struct call *k, int obj)
+/* The text of an Anthropic content list: its "text" blocks, in order. */
+static void anthropic_texts(struct call *k, const struct json_pick *content)
 {
-    if (push_path(L, obj, "content") != LUA_TTABLE)
-        fail_with(k, "malformed", "the response has no content");
-    lua_Integer n = lua_istable(L, -1) ? luaL_len(L, -1) : 0;
-    for (lua_Integer i = 1; i <= n; i++) {
-        lua_rawgeti(L, -1, i);
+    size_t n;
+    for (const char *item = json_next_item(content->at, content->len, NULL, &n); item;
+         item = json_next_item(content->at, content->len, item + n, &n)) {
+        struct json_pick p[] = {WANT("type"), WANT("text")};
         char type[32] = "";
-        take_string(L, lua_gettop(L), "type", type, sizeof type);
+        json_pick(item, n, PICK(p), NULL, 0);
+        take_string(&p[0], type, sizeof type);
         if (strcmp(type, "text") == 0)
-            add_text(L, k, lua_gettop(L), "text");
-        lua_pop(L, 1);
+            add_text(k, &p[1]);
     }
-    lua_pop(L, 1);
-    take_string(L, obj, "stop_reason", k->finish, sizeof k->finish);
-    take_count(L, obj, "usage.input_tokens", &k->input_tokens);
-    take_count(L, obj, "usage.output_tokens", &k->output_tokens);
+}
+
+static int anthropic_whole(struct call *k, const char *data, size_t len, char *err,
+                           size_t errlen)
+{
+    struct json_pick p[] = {ERROR_PICKS, WANT("model"), WANT("content"), WANT("stop_reason"),
+                            WANT("usage.input_tokens"), WANT("usage.output_tokens")};
+    if (!json_pick(data, len, PICK(p), err, errlen))
+        return 0;
+    if (take_provider_error(k, p))
+        return 1;
+    take_string(&p[2], k->model, sizeof k->model);
+    if (!is_container(&p[3]))
+        fail_with(k, "malformed", "the response has no content");
+    else if (*p[3].at == '[')
+        anthropic_texts(k, &p[3]);
+    take_string(&p[4], k->finish, sizeof k->finish);
+    take_count(&p[5], &k->input_tokens);
+    take_count(&p[6], &k->output_tokens);
+    return 1;
 }
 
 /* Parses a whole (not streamed) response body. */
-static void parse_body(lua_State *L, struct call *k)
+static void parse_body(struct call *k)
 {
     const struct http_call *c = k->req->call;
+    const char *body = c->body.data ? c->body.data : "";
     char err[160];
-    int top = lua_gettop(L);
-    if (!json_decode(L, c->body.data ? c->body.data : "", c->body.len, err, sizeof err)) {
-        fail_with(k, "malformed", "the response is not valid JSON (%s): %.120s", err,
-                  c->body.data ? c->body.data : "");
-        lua_settop(L, top);
-        return;
-    }
-    int obj = top + 1;
-    if (take_provider_error(L, k, obj))
-        return;
-    take_string(L, obj, "model", k->model, sizeof k->model);
-    k->wire->whole(L, k, obj);
-    lua_settop(L, top);
+    if (!k->wire->whole(k, body, c->body.len, err, sizeof err))
+        fail_with(k, "malformed", "the response is not valid JSON (%s): %.120s", err, body);
 }
 
 static int openai_ends_stream(const char *event, const char *data, size_t len)
@@ -758,8 +788,12 @@ static int fail_status(lua_State *L, struct call *k)
     long s = c->status;
     char err[64];
     const char *detail = NULL;
-    if (c->body.len && json_decode(L, c->body.data, c->body.len, err, sizeof err))
-        detail = push_error_message(L, lua_gettop(L), 1);
+    struct buf msg = {0};
+    struct json_pick p[] = {ERROR_PICKS, WANT("message")};
+    if (c->body.len && json_pick(c->body.data, c->body.len, PICK(p), err, sizeof err) &&
+        error_message(p, 1, &msg))
+        detail = lua_pushlstring(L, msg.data, msg.len);
+    buf_free(&msg);
     if (detail == NULL && c->body.len)   /* not JSON: a proxy's page, say; show its start */
         detail = lua_pushlstring(L, c->body.data, c->body.len < 200 ? c->body.len : 200);
     char after[96] = "";
@@ -831,11 +865,11 @@ static int call_result(lua_State *L)
         if (c->status < 200 || c->status >= 300)
             return fail_status(L, k);
         if (k->sse_mode) {
-            drain_events(L, k);
+            drain_events(k);
             if (!k->failure[0] && !k->terminal && !k->finish[0])
                 fail_with(k, "cut", "the response stream ended before the answer was complete");
         } else if (k->text.len == 0 && !k->finish[0]) {
-            parse_body(L, k);
+            parse_body(k);
         }
     }
     if (k->failure[0]) {

@@ -81,6 +81,7 @@ static const char *enc(const char *expr)
 static void dec_len(const char *text, size_t len)
 {
     int top = lua_gettop(L);
+    ck_assert_msg(json_check(text, len, err, sizeof err), "check of %s: %s", text, err);
     ck_assert_msg(json_decode(L, text, len, err, sizeof err), "%s: %s", text, err);
     ck_assert_int_eq(lua_gettop(L), top + 1);
 }
@@ -90,11 +91,15 @@ static void dec(const char *text)
     dec_len(text, strlen(text));
 }
 
+/* Both the decoder and the checker (json_check) refuse text, with the same message. */
 static void ck_dec_fails(const char *text, const char *msg)
 {
     int top = lua_gettop(L);
     ck_assert_msg(!json_decode(L, text, strlen(text), err, sizeof err), "%s decoded", text);
     ck_assert_int_eq(lua_gettop(L), top);
+    ck_assert_str_eq(err, msg);
+    err[0] = '\0';
+    ck_assert_msg(!json_check(text, strlen(text), err, sizeof err), "%s checked", text);
     ck_assert_str_eq(err, msg);
 }
 
@@ -457,6 +462,146 @@ START_TEST(document_round_trip)
 }
 END_TEST
 
+/* The text of the value at path in doc, or NULL when json_pick finds none there. */
+static const char *at(const char *doc, const char *path)
+{
+    static char out[512];
+    struct json_pick pick = {path, doc, 0};
+    ck_assert_msg(json_pick(doc, strlen(doc), &pick, 1, err, sizeof err), "%s: %s", doc, err);
+    if (pick.at == NULL)
+        return NULL;
+    ck_assert_uint_lt(pick.len, sizeof out);
+    memcpy(out, pick.at, pick.len);
+    out[pick.len] = '\0';
+    return out;
+}
+
+/* The unescaped string at path, as json_decode would give it. */
+static const char *string_at(const char *doc, const char *path)
+{
+    static char out[512];
+    const char *v = at(doc, path);
+    ck_assert_msg(v && *v == '"', "no string at %s", path);
+    size_t n = json_unescape(v, strlen(v), out);
+    out[n] = '\0';
+    return out;
+}
+
+START_TEST(finding_fields)
+{
+    const char *doc =
+        " { \"id\" : \"x\", \"choices\" : [ {\"message\": {\"content\": \"a, \\\"b\\\" ]}\"},"
+        " \"finish_reason\" :\"stop\"}, [1, {\"k\": [2]}], 3.5e1 ] ,"
+        " \"usage\": {\"prompt_tokens\": 12, \"prompt_tokens\": 13}, \"t\": true, \"n\": null,"
+        " \"mod\\u0065l\": \"m\", \"1\": \"key one\", \"e\": {}, \"z\": [] } ";
+    ck_assert_str_eq(at(doc, "id"), "\"x\"");
+    ck_assert_str_eq(string_at(doc, "choices.1.message.content"), "a, \"b\" ]}");
+    ck_assert_str_eq(at(doc, "choices.1.finish_reason"), "\"stop\"");
+    ck_assert_str_eq(at(doc, "choices.2.2.k.1"), "2");
+    ck_assert_str_eq(at(doc, "choices.3"), "3.5e1");
+    ck_assert_str_eq(at(doc, "usage.prompt_tokens"), "13");   /* the last duplicate wins */
+    ck_assert_str_eq(at(doc, "t"), "true");
+    ck_assert_str_eq(at(doc, "n"), "null");
+    ck_assert_str_eq(at(doc, "model"), "\"m\"");                /* keys compare unescaped */
+    ck_assert_str_eq(at(doc, "e"), "{}");
+    ck_assert_str_eq(at(doc, "z"), "[]");
+    ck_assert_str_eq(at(doc, "choices.1"), "{\"message\": {\"content\": \"a, \\\"b\\\" ]}\"},"
+                                          " \"finish_reason\" :\"stop\"}");
+    ck_assert_ptr_null(at(doc, "choices.4"));
+    ck_assert_ptr_null(at(doc, "choices.0"));
+    ck_assert_ptr_null(at(doc, "1"));                  /* an index never names a key */
+    ck_assert_ptr_null(at(doc, "choices.x"));          /* nor a key an item */
+    ck_assert_ptr_null(at(doc, "id.x"));
+    ck_assert_ptr_null(at(doc, "t.1"));
+    ck_assert_ptr_null(at(doc, "z.1"));
+    ck_assert_ptr_null(at(doc, "e.k"));
+    ck_assert_ptr_null(at(doc, "missing"));
+    ck_assert_ptr_null(at(doc, "i"));                  /* a prefix of "id" is not "id" */
+    ck_assert_str_eq(at("[7]", ""), "[7]");
+    ck_assert_str_eq(at("\"s\"", ""), "\"s\"");
+}
+END_TEST
+
+START_TEST(unescaping_as_decode_does)
+{
+    const char *texts[] = {
+        "\"plain\"", "\"\"", "\"tab\\there\\n\\\"q\\\" \\\\ \\/\"",
+        "\"\\u00e9\\u4e2d\\ud83d\\ude00\"", "\"raw \xC3\xA9 and \xFF\"",
+        "\"\\udcff lone \\ud800 x\"", "\"nul \\u0000 inside\"",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+        char out[128];
+        size_t n = json_unescape(texts[i], strlen(texts[i]), out);
+        dec(texts[i]);
+        size_t want_len;
+        const char *want = lua_tolstring(L, -1, &want_len);
+        ck_assert_msg(n == want_len && memcmp(out, want, n) == 0, "%s", texts[i]);
+        lua_pop(L, 1);
+    }
+}
+END_TEST
+
+START_TEST(integers_of_numbers)
+{
+    int64_t v = 0;
+    ck_assert(json_integer("42", 2, &v) && v == 42);
+    ck_assert(json_integer("-9223372036854775808", 20, &v) && v == INT64_MIN);
+    ck_assert(json_integer("9223372036854775807", 19, &v) && v == INT64_MAX);
+    ck_assert(json_integer("12.9", 4, &v) && v == 12);
+    ck_assert(json_integer("-12.9", 5, &v) && v == -12);
+    ck_assert(json_integer("1e3", 3, &v) && v == 1000);
+    ck_assert(json_integer("2.5E-1", 6, &v) && v == 0);
+    v = 7;
+    ck_assert(!json_integer("1e300", 5, &v) && v == 7);          /* past int64: no value */
+    ck_assert(!json_integer("9223372036854775808", 19, &v) && v == 7);
+    ck_assert(!json_integer("\"5\"", 3, &v) && v == 7);
+    ck_assert(!json_integer("true", 4, &v) && v == 7);
+    ck_assert(!json_integer("null", 4, &v) && v == 7);
+    ck_assert(json_integer("123", 2, &v) && v == 12);             /* stops at len */
+    char long_one[200] = "3.";
+    memset(long_one + 2, '0', 150);
+    strcpy(long_one + 152, "1e2");
+    ck_assert(json_integer(long_one, strlen(long_one), &v) && v == 300);
+}
+END_TEST
+
+/* Mutated documents: the checker and the decoder agree on every one, message included. */
+START_TEST(check_agrees_with_decode)
+{
+    const char *seeds[] = {
+        "{\"a\":[1,2.5e3,-0,\"x\\u00e9\\n\"],\"b\":{\"c\":null,\"d\":true,\"e\":false}}",
+        "[{\"k\":\"\\ud83d\\ude00\"},[],{},\"\\\\\",1e-5,123456789012345678901234]",
+    };
+    const char alphabet[] = "{}[]\",:\\u0123456789.eE+-tfnl \n\x01\xC3";
+    unsigned seed = 12345;
+    for (int round = 0; round < 20000; round++) {
+        char doc[256], err2[256];
+        const char *from = seeds[round % 2];
+        size_t n = strlen(from);
+        memcpy(doc, from, n + 1);
+        for (int edits = 1 + round % 3; edits > 0; edits--) {
+            seed = seed * 1103515245u + 12345u;
+            size_t at = (seed >> 8) % n;
+            char c = alphabet[(seed >> 20) % (sizeof alphabet - 1)];
+            if ((seed >> 4) % 3 == 0 && n > 1) {
+                memmove(doc + at, doc + at + 1, n - at);   /* delete */
+                n--;
+            } else {
+                doc[at] = c;                               /* replace */
+            }
+        }
+        int top = lua_gettop(L);
+        err[0] = err2[0] = '\0';
+        int decoded = json_decode(L, doc, n, err, sizeof err);
+        int checked = json_check(doc, n, err2, sizeof err2);
+        ck_assert_msg(decoded == checked, "%s: decode %d, check %d", doc, decoded, checked);
+        if (!decoded)
+            ck_assert_str_eq(err2, err);
+        lua_settop(L, top);
+    }
+}
+END_TEST
+
 Suite *make_json_suite(void)
 {
     Suite *s = suite_create("json");
@@ -477,6 +622,10 @@ Suite *make_json_suite(void)
     tcase_add_test(tc, depth_limit);
     tcase_add_test(tc, cycle_is_a_depth_error);
     tcase_add_test(tc, document_round_trip);
+    tcase_add_test(tc, finding_fields);
+    tcase_add_test(tc, unescaping_as_decode_does);
+    tcase_add_test(tc, integers_of_numbers);
+    tcase_add_test(tc, check_agrees_with_decode);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -263,6 +263,80 @@ tests["a malformed body is a clear error, not retried"] = function()
   end
 end
 
+-- Serves every POST with the body bodies[path] (status 200, JSON) from this process's own
+-- server, so a test can hand the client any answer text at all.
+local function raw_answers(bodies)
+  local httpd = require "rlm.core.httpd"
+  local server = assert(httpd.listen{host = "127.0.0.1", port = 0})
+  local stop = false
+  local serving = async.spawn(function()
+    while not stop do
+      async.await(server:id(), 0.05)
+      for req in function() return server:next() end do
+        req:respond(200, {["Content-Type"] = "application/json"}, bodies[req:path()] or "{}")
+      end
+    end
+  end)
+  T.defer(function() stop = true; serving:join(1); server:close() end)
+  local url = ("http://127.0.0.1:%d"):format(server:port())
+  return function(model)
+    return {model = model, api_key = KEY, prompt = "x", retries = 0,
+            base_url = model:match("^anthropic/") and url or url .. "/v1"}
+  end
+end
+
+tests["an answer's fields are read exactly: escapes, decoys, duplicate keys, any layout"] = function()
+  local bodies = {}
+  local req = raw_answers(bodies)
+  bodies[OPENAI] = ' {"id":"x", "choices" : [ {"index":0,"logprobs":null,' ..
+    '"extra":{"content":"decoy","message":{"content":"decoy 2"}},' ..
+    '"message" : {"role":"assistant","content":"caf\\u00e9 \\"q\\" \\ud83d\\ude00 \\\\ end"},' ..
+    '"finish_reason":"length"}, {"message":{"content":"second choice"}}],' ..
+    '"usage":{"prompt_tokens":5,"completion_tokens":7.9,"prompt_tokens":11},' ..
+    '"model":"m-1","mod\\u0065l":"m-2"} '
+  local res = assert(llm.complete(req("openai/gpt-4o")))
+  T.eq(res.text, 'café "q" 😀 \\ end')
+  T.eq(res.finish_reason, "length")
+  T.eq(res.model, "m-2")
+  T.eq(res.usage, {input_tokens = 11, output_tokens = 7})
+
+  bodies[ANTHROPIC] = '{"content":[{"type":"text","text":"A"},' ..
+    '{"type":"tool_use","id":"t","input":{"type":"text","text":"decoy"}},' ..
+    '{"text":"B\\n","type":"text"}],"stop_reason":"end_turn","model":"claude-x",' ..
+    '"usage":{"input_tokens":1e300,"output_tokens":4}}'
+  res = assert(llm.complete(req("anthropic/claude-sonnet-4-5")))
+  T.eq(res.text, "AB\n")
+  T.eq(res.finish_reason, "stop")
+  T.eq(res.model, "claude-x")
+  T.eq(res.usage, {input_tokens = 0, output_tokens = 4})   -- past any count: none
+
+  bodies[OPENAI] = '{"error":{"message":"over quota \\u2014 sorry"}}'
+  local _, err = llm.complete(req("openai/gpt-4o"))
+  T.eq(err.kind, "provider")
+  T.contains(err.message, "the provider reported an error: over quota — sorry")
+
+  bodies[OPENAI] = '{"choices":{"1":{"message":{"content":"an object is no list"}}}}'
+  _, err = llm.complete(req("openai/gpt-4o"))
+  T.eq(err.kind, "malformed")
+  T.contains(err.message, "the response has no choices")
+end
+
+tests["a fault anywhere in an answer, even far from the fields read, makes it malformed"] = function()
+  local bodies = {}
+  local req = raw_answers(bodies)
+  local good = '{"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]'
+  for _, tail in ipairs{',"x":[1,2,]}', ',"x":"\\u12G4"}', ',"x":"a\tb"}', ',"x":01}', '}}',
+                        ',"x":1e999}', '} trailing'} do
+    bodies[OPENAI] = good .. tail
+    local res, err = llm.complete(req("openai/gpt-4o"))
+    T.eq(res, nil, tail)
+    T.eq(err.kind, "malformed", tail)
+    T.contains(err.message, "the response is not valid JSON (invalid JSON at byte", tail)
+  end
+  bodies[OPENAI] = good .. "}"
+  T.eq(assert(llm.complete(req("openai/gpt-4o"))).text, "ok")
+end
+
 tests["a stream that stays cut is a clear error"] = function()
   local s = standin()
   for _, model in ipairs(MODELS) do
