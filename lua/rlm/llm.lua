@@ -222,11 +222,26 @@ end
 
 --- Cost in USD of usage for model (a model string; nil: RLM_MODEL); second result false when
 -- the model has no price.
-function M.cost(model, usage)
-  local ok, _, provider, name = pcall(M.resolve, model)
-  local p = ok and M.price(provider .. "/" .. name) or (model and M.price(model))
+local function priced_cost(p, usage)
   if not p or not usage then return 0, p ~= nil end
   return ((usage.input_tokens or 0) * p.input + (usage.output_tokens or 0) * p.output) / 1e6, true
+end
+
+function M.cost(model, usage)
+  local ok, _, provider, name = pcall(M.resolve, model)
+  return priced_cost(ok and M.price(provider .. "/" .. name) or (model and M.price(model)), usage)
+end
+
+local function count(t, res, priced)
+  if res then
+    t.calls = t.calls + 1
+    t.input_tokens = t.input_tokens + res.usage.input_tokens
+    t.output_tokens = t.output_tokens + res.usage.output_tokens
+    t.cost = t.cost + res.cost
+    if not priced then t.unpriced = t.unpriced + 1 end
+  else
+    t.errors = t.errors + 1
+  end
 end
 
 local function account(label, res, priced)
@@ -235,17 +250,8 @@ local function account(label, res, priced)
     m = {calls = 0, errors = 0, input_tokens = 0, output_tokens = 0, cost = 0, unpriced = 0}
     totals.models[label] = m
   end
-  for _, t in ipairs{totals, m} do
-    if res then
-      t.calls = t.calls + 1
-      t.input_tokens = t.input_tokens + res.usage.input_tokens
-      t.output_tokens = t.output_tokens + res.usage.output_tokens
-      t.cost = t.cost + res.cost
-      if not priced then t.unpriced = t.unpriced + 1 end
-    else
-      t.errors = t.errors + 1
-    end
-  end
+  count(totals, res, priced)
+  count(m, res, priced)
 end
 
 local function copy(t)
@@ -278,7 +284,7 @@ local function run(creq, label, on_delta)
   local priced
   if res then
     if res.model == "" then res.model = creq.model end
-    res.cost, priced = M.cost(label, res.usage)
+    res.cost, priced = priced_cost(M.price(label), res.usage)   -- label is resolved already
   end
   account(label, res, priced)
   return res, err
