@@ -571,17 +571,22 @@ static int decode_value(struct decoder *d)
 }
 
 /* Steps into an item (a key, or an array's 1-based index, as text): live keeps the picks that
- * go on with this step. leave_item(d, the container's live, the returned depth) steps back. */
+ * go on with this step. leave_item(d, the container's live, the returned depth) steps back.
+ * What those picks found under an earlier item of the same key is forgotten: a repeated key
+ * replaces the whole value, as in a decoded table. */
 static size_t enter_item(struct decoder *d, const char *step, size_t n)
 {
     size_t before = d->depth_at, at = before ? before + 1 : 0;
     uint64_t live = 0;
     for (int i = 0; i < d->npicks; i++) {
-        const char *want = d->picks[i].path;
-        int goes_on = before ? want[before] == '.' : want[0] != '\0';
-        if ((d->live >> i & 1) && goes_on && want[at] == step[0] &&
-            strncmp(want + at, step, n) == 0 && (want[at + n] == '\0' || want[at + n] == '.'))
+        if (!(d->live >> i & 1))
+            continue;
+        const char *want = d->picks[i].path;   /* begins with the path so far, at least */
+        if ((before ? want[before] == '.' : want[0] != '\0') && strncmp(want + at, step, n) == 0
+            && (want[at + n] == '\0' || want[at + n] == '.')) {
             live |= (uint64_t)1 << i;
+            d->picks[i].at = NULL;
+        }
     }
     d->live = live;
     d->depth_at = at + n;
@@ -610,23 +615,28 @@ static size_t enter_index(struct decoder *d, lua_Integer n)
     return enter_item(d, p, (size_t)(digits + sizeof digits - p));
 }
 
-/* Steps into the key just checked (its quote at k); escapes are undone first. A key of digits
- * only leads to no pick: such a step of a pick is an array index. */
+/* Steps into the key just checked (its quote at k); escapes are undone first. A key no pick
+ * can name leads nowhere: digits only (such a step of a pick is an array index), a '.' (which
+ * splits a pick's steps) or a NUL. */
 static size_t enter_key(struct decoder *d, const char *k)
 {
     size_t raw = (size_t)(d->p - k), n = raw - 2;
-    char step[JSON_PICK_PATH_MAX];
-    const char *text = k + 1;
+    char small[128], *text = (char *)k + 1, *copy = NULL;
     if (memchr(k + 1, '\\', n) != NULL) {
-        if (raw > sizeof step)
-            return enter_nowhere(d);   /* longer than any step a pick names */
-        n = json_unescape(k, raw, step);
-        step[n] = '\0';
-        text = step;
+        text = raw <= sizeof small ? small : (copy = malloc(raw));
+        if (text == NULL)
+            return enter_nowhere(d);
+        n = json_unescape(k, raw, text);
+        text[n] = '\0';   /* n <= raw - 2: strspn below stops here */
     }
-    if (n == 0 || strspn(text, "0123456789") >= n)
-        return enter_nowhere(d);
-    return enter_item(d, text, n);
+    size_t before;
+    if (n == 0 || memchr(text, '.', n) || memchr(text, '\0', n) ||
+        strspn(text, "0123456789") >= n)
+        before = enter_nowhere(d);
+    else
+        before = enter_item(d, text, n);
+    free(copy);
+    return before;
 }
 
 int json_decode(lua_State *L, const char *s, size_t len, char *err, size_t errlen)
@@ -718,7 +728,7 @@ static int integer_of(char *text, int64_t *out)
     if (locale_point() != '.' && (end = strchr(text, '.')) != NULL)
         *end = locale_point();
     double f = strtod(text, NULL);
-    if (!(f > -9223372036854775808.0 && f < 9223372036854775808.0))
+    if (!(f >= -9223372036854775808.0 && f < 9223372036854775808.0))
         return 0;
     *out = (int64_t)f;
     return 1;

@@ -54,7 +54,6 @@ int json_decode(lua_State *L, const char *s, size_t len, char *err, size_t errle
  * length; the others get at = NULL. A repeated key: the last one wins, as in json_decode. A
  * value's type is its first byte: '"' string, '{' object, '[' array, 't'/'f', 'n', else a
  * number. */
-#define JSON_PICK_PATH_MAX 128   /* a key written with escapes matches up to this length */
 #define JSON_PICKS_MAX 64        /* picks in one call */
 
 struct json_pick {

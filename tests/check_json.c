@@ -517,6 +517,21 @@ START_TEST(finding_fields)
     ck_assert_ptr_null(at(doc, "e.k"));
     ck_assert_ptr_null(at(doc, "missing"));
     ck_assert_ptr_null(at(doc, "i"));                  /* a prefix of "id" is not "id" */
+    /* a repeated key replaces the whole value: nothing found under the first one stays */
+    ck_assert_ptr_null(at("{\"a\":{\"b\":1},\"a\":2}", "a.b"));
+    ck_assert_str_eq(at("{\"a\":{\"b\":1},\"a\":{\"b\":3}}", "a.b"), "3");
+    /* keys no path can name: a dot in them, a NUL in them */
+    ck_assert_ptr_null(at("{\"a.b\":1}", "a.b"));
+    ck_assert_ptr_null(at("{\"a\\u002eb\":1}", "a.b"));
+    ck_assert_ptr_null(at("{\"a\\u0000\":1}", "a"));
+    /* a long key written all in escapes */
+    char doc2[400] = "{\"", path2[40] = "";
+    for (int i = 0; i < 30; i++) {
+        strcat(doc2, "\\u0061");
+        strcat(path2, "a");
+    }
+    strcat(doc2, "\":5}");
+    ck_assert_str_eq(at(doc2, path2), "5");
     ck_assert_str_eq(at("[7]", ""), "[7]");
     ck_assert_str_eq(at("\"s\"", ""), "\"s\"");
 }
@@ -558,6 +573,7 @@ START_TEST(integers_of_numbers)
     ck_assert(!json_integer("true", 4, &v) && v == 7);
     ck_assert(!json_integer("null", 4, &v) && v == 7);
     ck_assert(json_integer("123", 2, &v) && v == 12);             /* stops at len */
+    ck_assert(json_integer("-9223372036854775808.0", 22, &v) && v == INT64_MIN);
     char long_one[200] = "3.";
     memset(long_one + 2, '0', 150);
     strcpy(long_one + 152, "1e2");

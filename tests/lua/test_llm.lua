@@ -315,10 +315,25 @@ tests["an answer's fields are read exactly: escapes, decoys, duplicate keys, any
   T.eq(err.kind, "provider")
   T.contains(err.message, "the provider reported an error: over quota — sorry")
 
-  bodies[OPENAI] = '{"choices":{"1":{"message":{"content":"an object is no list"}}}}'
+  bodies[OPENAI] = '{"error":{"message":"stale"},"error":"fresh"}'
   _, err = llm.complete(req("openai/gpt-4o"))
-  T.eq(err.kind, "malformed")
-  T.contains(err.message, "the response has no choices")
+  T.contains(err.message, "the provider reported an error: fresh")
+
+  -- a key with a dot is one key, not a path
+  bodies[OPENAI] = '{"error.message":"dotted","usage.prompt_tokens":9,' ..
+    '"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}'
+  res = assert(llm.complete(req("openai/gpt-4o")))
+  T.eq(res.text, "ok")
+  T.eq(res.usage.input_tokens, 0)
+
+  for _, body in ipairs{'{"choices":{"1":{"message":{"content":"an object is no list"}}}}',
+                        '{"choices":[{"message":{"content":"stale"}}],"choices":[]}',
+                        '{"choices.1":{},"choices.1.message.content":"dotted"}'} do
+    bodies[OPENAI] = body
+    _, err = llm.complete(req("openai/gpt-4o"))
+    T.eq(err.kind, "malformed", body)
+    T.contains(err.message, "the response has no choices", body)
+  end
 end
 
 tests["a fault anywhere in an answer, even far from the fields read, makes it malformed"] = function()
