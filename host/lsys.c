@@ -3,6 +3,9 @@
  *   read_file(p) write_file(p, data[, mode]) (atomic) mkdir_p(p) list_dir(p) stat(p)
  *   remove(p[, recursive]) mkdtemp(prefix) realpath(p) chmod(p, mode) kill(pid, sig)
  *   hash(s) -> 16 hex digits (64-bit FNV-1a: cache keys, manifests; not for security)
+ *   lock(p[, create]) -> lock | nil, msg, errno: an exclusive flock on file p (made, mode 0600,
+ *                        when create), held until lock:release(), __close or __gc, or until the
+ *                        process ends in any way; errno EWOULDBLOCK: a live process holds it
  *   spawn{argv=, env=, cwd=, stdin=, stdout=, stderr=,          -> process (pipes on the loop)
  *         pass=, uid=, gid=, rlimits=, max_line=, max_stderr=}
  * Failures caused by the environment return nil, message; misuse raises.
@@ -32,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -356,6 +360,40 @@ static int l_mkdtemp(lua_State *L)
     if (mkdtemp(path) == NULL)
         return fail_errno(L, path);
     lua_pushstring(L, path);
+    return 1;
+}
+
+/* A lock held as long as the process holds it: flock(2) on an open file, which the kernel
+ * lets go when the process ends however it ends (SIGKILL too). So a lock that can be taken
+ * belongs to nobody alive. */
+#define LOCK "rlm.sys.lock"
+
+static int lock_release(lua_State *L)
+{
+    int *fd = luaL_checkudata(L, 1, LOCK);
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+    return 0;
+}
+
+static int l_lock(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    int create = lua_toboolean(L, 2);
+    int *slot = lua_newuserdatauv(L, sizeof *slot, 0);
+    *slot = -1;
+    luaL_setmetatable(L, LOCK);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0600);
+    if (fd < 0)
+        return fail_errno(L, path);
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return fail_errno(L, path);
+    }
+    *slot = fd;
     return 1;
 }
 
@@ -1352,8 +1390,13 @@ static const luaL_Reg sys_funcs[] = {
     {"write_file", l_write_file}, {"mkdir_p", l_mkdir_p}, {"list_dir", l_list_dir},
     {"stat", l_stat},         {"remove", l_remove},   {"mkdtemp", l_mkdtemp},
     {"realpath", l_realpath}, {"kill", l_kill},       {"spawn", l_spawn},
-    {"chmod", l_chmod},       {"hash", l_hash},
+    {"chmod", l_chmod},       {"hash", l_hash},       {"lock", l_lock},
     {NULL, NULL}};
+
+static const luaL_Reg lock_methods[] = {{"release", lock_release}, {NULL, NULL}};
+
+static const luaL_Reg lock_metamethods[] = {
+    {"__gc", lock_release}, {"__close", lock_release}, {"__index", NULL}, {NULL, NULL}};
 
 static const luaL_Reg process_methods[] = {
     {"id", p_id},           {"pid", p_pid},     {"write", p_write},
@@ -1371,6 +1414,7 @@ int luaopen_rlm_core_sys(lua_State *L)
 {
     loop_get(L);
     host_newclass(L, PROCESS, process_metamethods, process_methods);
+    host_newclass(L, LOCK, lock_metamethods, lock_methods);
     luaL_newlib(L, sys_funcs);
     return 1;
 }

@@ -13,6 +13,8 @@
 --   sys.count_processes(uid) -> how many processes the host user uid runs
 --   sys.random_hex(bytes) -> that many random bytes from the kernel, in hex (ids, tokens)
 --   sys.hash(s) -> 64-bit FNV-1a of s in hex (cache keys, manifests)
+--   sys.lock(p[, create]) -> lock (lock:release()) | nil, msg, errno: an exclusive flock on
+--     file p, which the kernel lets go when this process ends in any way
 --   sys.cache_dir() -> rlm's cache folder ($XDG_CACHE_HOME/rlm or ~/.cache/rlm) | nil
 local core = require "rlm.core.sys"
 local async = require "rlm.async"

@@ -203,13 +203,13 @@ end
 
 -- Starts an rlm whose script opens a sandbox, reports it, then does `after`; returns the process,
 -- the sandbox's folder and its driver's pid.
-local function rlm_with_sandbox(after)
+local function rlm_with_sandbox(after, env)
   local proc = assert(sys.spawn{argv = {T.rlm, "-e", [[
 local i = require("rlm").interpreter{}
 i:start()
 print(i.sandbox.root .. " " .. i:pid())
 io.stdout:flush()
-]] .. after}, stdin = "null", stderr = "pipe"})
+]] .. after}, stdin = "null", stderr = "pipe", env = env})
   T.defer(function() proc:close() end)
   local line = assert(sys.read_line(proc, 10))
   local root, pid = line:match("^(%S+) (%d+)$")
@@ -233,6 +233,27 @@ tests["an interrupted rlm ends its sandboxes, whatever the signal"] = function()
     T.contains(proc:read("stderr"), "interrupted (SIG" .. sig[1] .. ")")
     gone(root, pid, sig[1])
   end
+end
+
+tests["the folder of an rlm killed by SIGKILL is removed by the next rlm; a live one's never"] = function()
+  local tmp = T.tmpdir()
+  local env = host_env{TMPDIR = tmp}
+  local sleep = 'i:execute("import time\\ntime.sleep(100)")'
+  local killed, killed_root, killed_pid = rlm_with_sandbox(sleep, env)
+  local alive, alive_root, alive_pid = rlm_with_sandbox(sleep, env)
+  T.truthy(sys.stat(killed_root), "a live rlm's folder is not taken for an orphan")
+  killed:kill(9)
+  T.eq({sys.wait(killed, 5)}, {"signal", 9})
+  T.truthy(sys.stat(killed_root), "SIGKILL leaves the folder behind")
+  local r = T.run_rlm({"exec", "print(1)"}, {env = env})
+  T.eq(r.code, 0, r.stderr)
+  gone(killed_root, killed_pid, "SIGKILL, then another rlm")
+  T.truthy(sys.stat(alive_root), "the live rlm's folder stays")
+  T.eq(select(2, sys.wait(alive, 0.1)), "timeout", "and that rlm still runs")
+  alive:kill(15)
+  sys.wait(alive, 5)
+  gone(alive_root, alive_pid, "SIGTERM")
+  T.eq(sys.list_dir(tmp), {})
 end
 
 tests["os.exit ends the sandboxes a script left open"] = function()

@@ -189,16 +189,57 @@ local function give_to(uid, dirs, recursive)
   end
 end
 
+-- A sandbox's folder holds LOCK, locked while its rlm lives: a process killed with SIGKILL
+-- cannot remove its folders, and the next rlm to make a sandbox finds them unlocked and removes
+-- them. The lock file appears already locked (it is locked under a temporary name, then
+-- renamed), so a folder being made is never taken for an orphan.
+local LOCK = ".owner-lock"
+local swept = false
+
+local function hold_folder(root)
+  local temp = root .. "/" .. LOCK .. ".new"
+  local lock, err = sys.lock(temp, true)
+  if not lock then return nil, err end
+  local ok, why = os.rename(temp, root .. "/" .. LOCK)
+  if not ok then lock:release(); return nil, why end
+  return lock
+end
+
+-- Removes the sandbox folders whose rlm is gone (their lock can be taken). Once a process.
+local function sweep_orphans(base)
+  if swept then return end
+  swept = true
+  for _, name in ipairs(sys.list_dir(base) or {}) do
+    if name:match("^rlm%-sandbox%.%w+$") then
+      local lock = sys.lock(base .. "/" .. name .. "/" .. LOCK)
+      if lock then
+        sys.remove(base .. "/" .. name, true)
+        lock:release()
+      end
+    end
+  end
+end
+
 --- Creates a sandbox (directories staged; the driver is started by start_driver).
 -- Raises on failure, leaving nothing behind.
 function M.create(opts)
   local bwrap, python = tools(opts)
   local volume = opts.volume_name and M.volume_dir(opts.volume_name)
   local root = assert(sys.mkdtemp("rlm-sandbox"))
+  local held, lock_err = hold_folder(root)
+  if not held then
+    sys.remove(root, true)
+    error("cannot prepare the sandbox folder: " .. tostring(lock_err), 0)
+  end
+  sweep_orphans(root:match("^(.*)/[^/]+$"))
   -- bwrap, as the sandbox's uid, mounts the folders by path: it must pass through; it cannot list.
   local passable, why = sys.chmod(root, tonumber("711", 8))
-  if not passable then sys.remove(root, true); error("cannot prepare the sandbox folder: " .. why, 0) end
-  local self = setmetatable({root = root, bwrap = bwrap, python = python, opts = opts,
+  if not passable then
+    sys.remove(root, true)
+    held:release()
+    error("cannot prepare the sandbox folder: " .. why, 0)
+  end
+  local self = setmetatable({root = root, held = held, bwrap = bwrap, python = python, opts = opts,
                              env = opts.env or {}, network = opts.network and true or false,
                              limits = limits.resolve(opts.limits), uid = sandbox_owner(opts),
                              stderr_tail = ""}, Sandbox)
@@ -217,6 +258,7 @@ function M.create(opts)
   end)
   if not ok then
     sys.remove(root, true)
+    held:release()
     error(err, 0)
   end
   self.allowance = math.max(self.limits.workspace,
@@ -587,6 +629,7 @@ function Sandbox:destroy()
   self:kill_driver()
   if self.root then
     sys.remove(self.root, true)
+    self.held:release()
     self.root = nil
   end
 end
