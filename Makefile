@@ -110,7 +110,11 @@ memcheck: build/check_all
 tests/sdk/node_modules: tests/sdk/package.json tests/sdk/package-lock.json
 	cd tests/sdk && npm ci --no-audit --no-fund --loglevel=error && touch node_modules
 
-bench: deps rlm tests/sdk/node_modules
+# The sub-call figure's floor: a bare libcurl loop (bench/curl_floor.c), linked as any client.
+build/curl_floor: bench/curl_floor.c | build/.dir
+	$(CC) -O2 -Wall -Wextra -Wno-unused-parameter -o $@ $< $(shell pkg-config --cflags --libs libcurl)
+
+bench: deps rlm tests/sdk/node_modules build/curl_floor
 	./rlm run bench/run.lua
 
 install: rlm build/rlm.1

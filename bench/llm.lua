@@ -135,3 +135,17 @@ report(("floor: http.request_all of %d POSTs, concurrency 64"):format(subs), per
     assert(r.status == 200, r.error)
   end
 end))
+
+-- The floor under both: the same POSTs through a bare C libcurl multi loop (bench/curl_floor.c,
+-- built by `make bench`), its median round of three.
+local floor = assert(sys.run{"build/curl_floor", url .. "/chat/completions", tostring(subs), "64",
+                             tostring(runs)})
+assert(floor.status == "exit" and floor.code == 0, "build/curl_floor failed: " .. floor.stderr)
+local cpus, walls = {}, {}
+for us, wall in floor.stdout:gmatch("(%S+) (%S+)\n") do
+  cpus[#cpus + 1], walls[#walls + 1] = tonumber(us), tonumber(wall)
+end
+table.sort(cpus)
+table.sort(walls)
+report(("floor: a bare C libcurl loop of %d POSTs, concurrency 64"):format(subs),
+       cpus[(runs + 1) // 2], walls[(runs + 1) // 2])
