@@ -11,7 +11,8 @@
 
 #include <curl/curl.h>
 
-static const char BODY[] = "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"p\"}]}";
+static const char BODY[] =
+    "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"p\"}]}";
 
 static double seconds(clockid_t clock)
 {

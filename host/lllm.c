@@ -572,29 +572,47 @@ static int take_provider_error(struct call *k, const struct json_pick *picks)
 
 #define PICK(picks) picks, (int)(sizeof picks / sizeof *picks)
 
-static int openai_event(struct call *k, const char *data, size_t len, char *err, size_t errlen)
+/* An OpenAI answer: a whole body (whole), or one stream event, whose text is a delta. */
+static int openai_read(struct call *k, const char *data, size_t len, char *err, size_t errlen,
+                       int whole)
 {
-    struct json_pick p[] = {ERROR_PICKS, WANT("model"), WANT("choices.1.delta.content"),
-                            WANT("choices.1.finish_reason"), WANT("usage.prompt_tokens"),
+    struct json_pick p[] = {ERROR_PICKS,
+                            WANT("model"),
+                            WANT("choices.1"),
+                            WANT(whole ? "choices.1.message.content" : "choices.1.delta.content"),
+                            WANT("choices.1.finish_reason"),
+                            WANT("usage.prompt_tokens"),
                             WANT("usage.completion_tokens")};
     if (!json_pick(data, len, PICK(p), err, errlen))
         return 0;
     if (take_provider_error(k, p))
         return 1;
     take_string(&p[2], k->model, sizeof k->model);
-    add_text(k, &p[3]);
-    take_string(&p[4], k->finish, sizeof k->finish);
-    take_count(&p[5], &k->input_tokens);
-    take_count(&p[6], &k->output_tokens);
+    if (whole && !is_container(&p[3]))
+        fail_with(k, "malformed", "the response has no choices");
+    add_text(k, &p[4]);
+    take_string(&p[5], k->finish, sizeof k->finish);
+    take_count(&p[6], &k->input_tokens);
+    take_count(&p[7], &k->output_tokens);
     return 1;
+}
+
+static int openai_event(struct call *k, const char *data, size_t len, char *err, size_t errlen)
+{
+    return openai_read(k, data, len, err, errlen, 0);
 }
 
 static int anthropic_event(struct call *k, const char *data, size_t len, char *err,
                            size_t errlen)
 {
-    struct json_pick p[] = {ERROR_PICKS, WANT("type"), WANT("message.model"),
-                            WANT("message.usage.input_tokens"), WANT("message.usage.output_tokens"),
-                            WANT("delta.text"), WANT("delta.stop_reason"), WANT("usage.input_tokens"),
+    struct json_pick p[] = {ERROR_PICKS,
+                            WANT("type"),
+                            WANT("message.model"),
+                            WANT("message.usage.input_tokens"),
+                            WANT("message.usage.output_tokens"),
+                            WANT("delta.text"),
+                            WANT("delta.stop_reason"),
+                            WANT("usage.input_tokens"),
                             WANT("usage.output_tokens")};
     if (!json_pick(data, len, PICK(p), err, errlen))
         return 0;
@@ -656,21 +674,7 @@ static int call_take_deltas(lua_State *L)
 
 static int openai_whole(struct call *k, const char *data, size_t len, char *err, size_t errlen)
 {
-    struct json_pick p[] = {ERROR_PICKS, WANT("model"), WANT("choices.1"), WANT("choices.1.message.content"),
-                            WANT("choices.1.finish_reason"), WANT("usage.prompt_tokens"),
-                            WANT("usage.completion_tokens")};
-    if (!json_pick(data, len, PICK(p), err, errlen))
-        return 0;
-    if (take_provider_error(k, p))
-        return 1;
-    take_string(&p[2], k->model, sizeof k->model);
-    if (!is_container(&p[3]))
-        fail_with(k, "malformed", "the response has no choices");
-    add_text(k, &p[4]);
-    take_string(&p[5], k->finish, sizeof k->finish);
-    take_count(&p[6], &k->input_tokens);
-    take_count(&p[7], &k->output_tokens);
-    return 1;
+    return openai_read(k, data, len, err, errlen, 1);
 }
 
 /* The text of an Anthropic content list: its "text" blocks, in order. */
