@@ -537,6 +537,31 @@ START_TEST(finding_fields)
 }
 END_TEST
 
+/* Picks of different lengths in one pass, short ones on the heap at their exact size: a short
+ * path is never read past its end while a longer one goes deeper (`make asan` sees it). */
+START_TEST(many_picks_in_one_pass)
+{
+    const char *doc = "{\"choices\":[{\"message\":{\"content\":\"x\"}}],\"a\":{\"b\":[1,2]},"
+                      "\"model\":\"m\"}";
+    const char *paths[] = {"a", "model", "choices.1.message.content", "a.b.2", "choices", "z"};
+    const char *want[] = {"{\"b\":[1,2]}", "\"m\"", "\"x\"", "2",
+                          "[{\"message\":{\"content\":\"x\"}}]", NULL};
+    struct json_pick picks[6];
+    for (int i = 0; i < 6; i++)
+        picks[i] = (struct json_pick){strdup(paths[i]), NULL, 0};
+    ck_assert(json_pick(doc, strlen(doc), picks, 6, err, sizeof err));
+    for (int i = 0; i < 6; i++) {
+        if (want[i] == NULL) {
+            ck_assert_ptr_null(picks[i].at);
+        } else {
+            ck_assert_msg(picks[i].at && picks[i].len == strlen(want[i]) &&
+                              memcmp(picks[i].at, want[i], picks[i].len) == 0, "%s", paths[i]);
+        }
+        free((char *)picks[i].path);
+    }
+}
+END_TEST
+
 START_TEST(unescaping_as_decode_does)
 {
     const char *texts[] = {
@@ -639,6 +664,7 @@ Suite *make_json_suite(void)
     tcase_add_test(tc, cycle_is_a_depth_error);
     tcase_add_test(tc, document_round_trip);
     tcase_add_test(tc, finding_fields);
+    tcase_add_test(tc, many_picks_in_one_pass);
     tcase_add_test(tc, unescaping_as_decode_does);
     tcase_add_test(tc, integers_of_numbers);
     tcase_add_test(tc, check_agrees_with_decode);
