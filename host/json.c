@@ -2,7 +2,6 @@
  * encoding writes into a buffer owned by a userdata, so an out-of-memory error raised by Lua in
  * the middle never leaks it. */
 #include <assert.h>
-#include <errno.h>
 #include <locale.h>
 #include <math.h>
 #include <stdarg.h>
@@ -47,6 +46,9 @@ struct decoder {
     int array_mt, object_mt, scratch;   /* absolute stack slots */
     char *scratch_data;
     size_t scratch_cap, unescaped;
+    int is_integer;                     /* the last number read: integer, or else number */
+    lua_Integer integer;
+    double number;
     /* json_pick: live has a bit for each pick whose path begins with the path of the value
      * being read (0: none does, so nothing is tracked below it); depth is that path's length
      * in the picks' text. */
@@ -273,6 +275,8 @@ static int decode_float(struct decoder *d, const char *s, size_t n)
      * error the caller reports, rather than let it fail later where nobody expects it. */
     if (isinf(v))
         return fail_at(d, s, "number out of range");
+    d->is_integer = 0;
+    d->number = v;
     if (d->L)
         lua_pushnumber(d->L, v);
     return 1;
@@ -326,8 +330,10 @@ static int decode_number(struct decoder *d)
     }
     d->p = p;
     if (integral && ndigits <= 19 && acc <= (uint64_t)INT64_MAX + neg) {
+        d->is_integer = 1;
+        d->integer = neg ? (lua_Integer)(0 - acc) : (lua_Integer)acc;
         if (d->L)
-            lua_pushinteger(d->L, neg ? (lua_Integer)(0 - acc) : (lua_Integer)acc);
+            lua_pushinteger(d->L, d->integer);
         return 1;
     }
     return decode_float(d, s, (size_t)(p - s));
@@ -639,6 +645,17 @@ static size_t enter_key(struct decoder *d, const char *k)
     return before;
 }
 
+/* The one value that is the whole text, spaces around it allowed. */
+static int decode_document(struct decoder *d)
+{
+    if (!decode_value(d))
+        return 0;
+    skip_space(d);
+    if (d->p != d->end)
+        return fail_at(d, d->p, "unexpected data after the value");
+    return 1;
+}
+
 int json_decode(lua_State *L, const char *s, size_t len, char *err, size_t errlen)
 {
     int top = lua_gettop(L);
@@ -651,13 +668,7 @@ int json_decode(lua_State *L, const char *s, size_t len, char *err, size_t errle
         .array_mt = top + 1, .object_mt = top + 2, .scratch = top + 3,
         .point = locale_point(), .err = err, .errlen = errlen,
     };
-    if (!decode_value(&d)) {
-        lua_settop(L, top);
-        return 0;
-    }
-    skip_space(&d);
-    if (d.p != d.end) {
-        fail_at(&d, d.p, "unexpected data after the value");
+    if (!decode_document(&d)) {
         lua_settop(L, top);
         return 0;
     }
@@ -677,12 +688,7 @@ int json_pick(const char *s, size_t len, struct json_pick *picks, int npicks, ch
     struct decoder d = {.start = s, .p = s, .end = s + len, .err = err, .errlen = errlen,
                         .point = locale_point(), .picks = picks, .npicks = npicks,
                         .live = npicks ? ~(uint64_t)0 >> (64 - npicks) : 0};
-    if (!decode_value(&d))
-        return 0;
-    skip_space(&d);
-    if (d.p != d.end)
-        return fail_at(&d, d.p, "unexpected data after the value");
-    return 1;
+    return decode_document(&d);
 }
 
 int json_check(const char *s, size_t len, char *err, size_t errlen)
@@ -716,37 +722,21 @@ size_t json_unescape(const char *v, size_t len, char *out)
     return decode_string(&d) ? d.unescaped : 0;
 }
 
-static int integer_of(char *text, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long i = strtoll(text, &end, 10);
-    if (*end == '\0' && errno == 0) {
-        *out = i;
-        return 1;
-    }
-    if (locale_point() != '.' && (end = strchr(text, '.')) != NULL)
-        *end = locale_point();
-    double f = strtod(text, NULL);
-    if (!(f >= -9223372036854775808.0 && f < 9223372036854775808.0))
-        return 0;
-    *out = (int64_t)f;
-    return 1;
-}
-
 int json_integer(const char *v, size_t len, int64_t *out)
 {
-    if (len == 0 || !(*v == '-' || (*v >= '0' && *v <= '9')))
+    char err[8];
+    struct decoder d = {.start = v, .p = v, .end = v + len, .err = err, .errlen = sizeof err,
+                        .point = locale_point()};
+    if (len == 0 || !(*v == '-' || (*v >= '0' && *v <= '9')) || !decode_number(&d))
         return 0;
-    char small[64], *text = len < sizeof small ? small : malloc(len + 1);
-    if (text == NULL)
+    if (d.is_integer) {
+        *out = d.integer;
+        return 1;
+    }
+    if (!(d.number >= -9223372036854775808.0 && d.number < 9223372036854775808.0))
         return 0;
-    memcpy(text, v, len);
-    text[len] = '\0';
-    int ok = integer_of(text, out);
-    if (text != small)
-        free(text);
-    return ok;
+    *out = (int64_t)d.number;
+    return 1;
 }
 
 /* ======================================================================== encoding */

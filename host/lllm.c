@@ -27,7 +27,6 @@
  *
  * Curl callbacks only split the stream into SSE events (sse.h) and queue them; JSON is decoded
  * with the host codec (json.h) when Lua asks, in take_deltas() and result(). */
-#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -226,19 +226,18 @@ function M.create(opts)
   local bwrap, python = tools(opts)
   local volume = opts.volume_name and M.volume_dir(opts.volume_name)
   local root = assert(sys.mkdtemp("rlm-sandbox"))
-  local held, lock_err = hold_folder(root)
-  if not held then
+  local held, why = hold_folder(root)
+  local function abandon(err)   -- leaves nothing behind
     sys.remove(root, true)
-    error("cannot prepare the sandbox folder: " .. tostring(lock_err), 0)
+    if held then held:release() end
+    error(err, 0)
   end
+  if not held then abandon("cannot prepare the sandbox folder: " .. tostring(why)) end
   sweep_orphans(root:match("^(.*)/[^/]+$"))
   -- bwrap, as the sandbox's uid, mounts the folders by path: it must pass through; it cannot list.
-  local passable, why = sys.chmod(root, tonumber("711", 8))
-  if not passable then
-    sys.remove(root, true)
-    held:release()
-    error("cannot prepare the sandbox folder: " .. why, 0)
-  end
+  local passable
+  passable, why = sys.chmod(root, tonumber("711", 8))
+  if not passable then abandon("cannot prepare the sandbox folder: " .. why) end
   local self = setmetatable({root = root, held = held, bwrap = bwrap, python = python, opts = opts,
                              env = opts.env or {}, network = opts.network and true or false,
                              limits = limits.resolve(opts.limits), uid = sandbox_owner(opts),
@@ -256,11 +255,7 @@ function M.create(opts)
     give_to(self.uid, {self.workspace, not volume and self.memory or nil}, true)
     if volume then give_to(self.uid, {self.memory}, false) end
   end)
-  if not ok then
-    sys.remove(root, true)
-    held:release()
-    error(err, 0)
-  end
+  if not ok then abandon(err) end
   self.allowance = math.max(self.limits.workspace,
                             (opts.repo_url or opts.context_paths or volume) and self:disk_usage() or 0)
   self.id = "local-" .. basename(root):gsub("^rlm%-sandbox%.", "")
