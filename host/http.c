@@ -8,6 +8,7 @@
 
 #include <lauxlib.h>
 
+#include "h1.h"
 #include "http.h"
 
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud)
@@ -62,15 +63,24 @@ struct http_call *http_start(loop *lp, const struct http_req *req, http_chunk_fn
     struct http_call *c = calloc(1, sizeof *c);
     if (c == NULL)
         return NULL;
+    c->lp = lp;
+    c->on_chunk = on_chunk;
+    c->done = done;
+    c->ud = ud;
+    struct h1_target target;
+    if (h1_serves(req, &target)) {
+        c->h1 = h1_start(lp, req, &target, c);
+        if (c->h1 == NULL) {
+            free(c);
+            return NULL;
+        }
+        return c;
+    }
     c->easy = loop_easy(lp);
     if (c->easy == NULL) {
         free(c);
         return NULL;
     }
-    c->lp = lp;
-    c->on_chunk = on_chunk;
-    c->done = done;
-    c->ud = ud;
     CURL *e = c->easy;
     curl_easy_setopt(e, CURLOPT_URL, req->url);
     curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_cloexec_socket);
@@ -110,7 +120,9 @@ struct http_call *http_start(loop *lp, const struct http_req *req, http_chunk_fn
 
 void http_stop(struct http_call *c)
 {
-    if (c && c->running) {
+    if (c && c->h1)
+        h1_stop(c->h1);
+    else if (c && c->running) {
         loop_remove_easy(c->lp, c->easy);
         c->running = 0;
     }
@@ -121,6 +133,7 @@ void http_free(struct http_call *c)
     if (c == NULL)
         return;
     http_stop(c);
+    h1_free(c->h1);
     loop_easy_done(c->lp, c->easy);
     buf_free(&c->body);
     buf_free(&c->headers);
@@ -173,6 +186,15 @@ int http_header(const struct http_call *c, const char *name, char *out, size_t s
         return -1;
     http_each_header(c, find_header, &f);
     return f.found ? 0 : -1;
+}
+
+const char *http_url(const struct http_call *c)
+{
+    char *url = NULL;
+    if (c->h1)
+        return h1_url(c->h1);
+    curl_easy_getinfo(c->easy, CURLINFO_EFFECTIVE_URL, &url);
+    return url;
 }
 
 const char *http_failure_kind(CURLcode r)

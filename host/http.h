@@ -1,6 +1,10 @@
-/* http.h — the one curl layer under rlm.core.http, the LLM binding and the Daytona binding.
+/* http.h — the one HTTP layer under rlm.core.http, the LLM binding and the Daytona binding.
  * A call is one HTTP exchange (host/http.c) run on the event loop; callbacks run from loop.poll in plain C
- * (never Lua). Retries, parsing and Lua results are the caller's business. */
+ * (never Lua). Retries, parsing and Lua results are the caller's business.
+ *
+ * libcurl carries every exchange but those host/h1.c serves exactly as curl would (plain http
+ * to a numeric address), at a fraction of its cost; callers see the same fields and CURLcodes
+ * from both. */
 #ifndef RLM_HTTP_H
 #define RLM_HTTP_H
 #include "netlib.h"
@@ -23,7 +27,8 @@ typedef void (*http_chunk_fn)(void *ud, struct http_call *c, const char *data, s
 typedef void (*http_done_fn)(void *ud, struct http_call *c);
 
 struct http_call {
-    CURL *easy;
+    CURL *easy;                    /* the curl transfer, or NULL when h1 carries the call */
+    struct h1_exchange *h1;
     loop *lp;
     long status;                   /* of the final response; 0 before headers */
     struct buf body;
@@ -52,6 +57,8 @@ int http_header(const struct http_call *c, const char *name, char *out, size_t s
 typedef int (*http_header_fn)(void *ud, const char *name, size_t nlen, const char *val,
                               size_t vlen);
 void http_each_header(const struct http_call *c, http_header_fn fn, void *ud);
+/* The URL the answer came from (curl's effective URL). */
+const char *http_url(const struct http_call *c);
 /* Short machine-readable kind of a transport failure: connect, dns, timeout, tls, transfer. */
 const char *http_failure_kind(CURLcode result);
 /* For bindings building a request from Lua: appends a "Name: value" line to *list. Raises on

@@ -588,8 +588,10 @@ static size_t enter_item(struct decoder *d, const char *step, size_t n)
         if (!(d->live >> i & 1))
             continue;
         const char *want = d->picks[i].path;   /* begins with the path so far, at least */
-        if ((before ? want[before] == '.' : want[0] != '\0') && strncmp(want + at, step, n) == 0
-            && (want[at + n] == '\0' || want[at + n] == '.')) {
+        /* want[at] is readable (want[before] is '.', or at is 0), and the first byte that
+         * differs ends the comparison before the end of want: no read goes past its NUL */
+        if ((before ? want[before] == '.' : want[0] != '\0') && want[at] == step[0] &&
+            strncmp(want + at, step, n) == 0 && (want[at + n] == '\0' || want[at + n] == '.')) {
             live |= (uint64_t)1 << i;
             d->picks[i].at = NULL;
         }

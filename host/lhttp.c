@@ -190,9 +190,7 @@ static int t_result(lua_State *L)
     lua_setfield(L, -2, "headers");
     lua_pushlstring(L, c->body.data ? c->body.data : "", c->body.len);
     lua_setfield(L, -2, "body");
-    char *url = NULL;
-    curl_easy_getinfo(c->easy, CURLINFO_EFFECTIVE_URL, &url);
-    lua_pushstring(L, url);
+    lua_pushstring(L, http_url(c));
     lua_setfield(L, -2, "url");
     lua_pushnumber(L, c->seconds);
     lua_setfield(L, -2, "seconds");

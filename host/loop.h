@@ -35,6 +35,13 @@ void loop_easy_done(loop *lp, CURL *easy);
  * kernel refuses the fd. */
 int loop_watch(loop *lp, int fd, short events, loop_fd_fn fn, void *ud);
 void loop_unwatch(loop *lp, int fd);
+/* Hands a watched fd to another callback, its events unchanged (no system call); -1 if fd is
+ * not watched. */
+int loop_retarget(loop *lp, int fd, loop_fd_fn fn, void *ud);
+
+/* Where the plain-HTTP client keeps this loop's idle connections (host/h1.c); they are closed
+ * with the loop. */
+struct h1_pool **loop_h1_pool(loop *lp);
 
 /* Timers on the monotonic clock (milliseconds); ids are never reused; 0 when out of memory.
  * A timer with fn NULL is an op timer: its id is marked ready when it fires. */
