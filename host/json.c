@@ -47,6 +47,7 @@ struct decoder {
     char *scratch_data;
     size_t scratch_cap, unescaped;
     int is_integer;                     /* the last number read: integer, or else number */
+    int escaped;                        /* the last string read had escapes */
     lua_Integer integer;
     double number;
     /* json_pick: live has a bit for each pick whose path begins with the path of the value
@@ -178,6 +179,7 @@ static size_t unicode_escape(struct decoder *d, const char *p, char *o, const ch
 static int decode_escaped(struct decoder *d, const char *s, const char *p)
 {
     char dropped[4];   /* a check writes each escape's bytes here, and keeps none */
+    d->escaped = 1;
     size_t used = (size_t)(p - s - 1);
     scratch_reserve(d, 0, used + 16);
     if (d->scratch_data)
@@ -243,6 +245,7 @@ static int decode_string(struct decoder *d)
         else if (d->scratch_data)
             memcpy(d->scratch_data, s + 1, n);
         d->unescaped = n;
+        d->escaped = 0;
         d->p = p + 1;
         return 1;
     }
@@ -556,10 +559,11 @@ static int decode_any(struct decoder *d)
  * repeated key comes later and so wins, as in a decoded table. */
 static void mark_picks(struct decoder *d, const char *start)
 {
-    for (int i = 0; i < d->npicks; i++) {
-        if ((d->live >> i & 1) && d->picks[i].path[d->depth_at] == '\0') {
-            d->picks[i].at = start;
-            d->picks[i].len = (size_t)(d->p - start);
+    for (uint64_t m = d->live; m; m &= m - 1) {
+        struct json_pick *pick = &d->picks[__builtin_ctzll(m)];
+        if (pick->path[d->depth_at] == '\0') {
+            pick->at = start;
+            pick->len = (size_t)(d->p - start);
         }
     }
 }
@@ -576,26 +580,38 @@ static int decode_value(struct decoder *d)
     return 1;
 }
 
+/* A key no pick can name: empty, digits only (such a step of a pick is an array index), or
+ * with a '.' (which splits a pick's steps). */
+static int unnamable(const char *key, size_t n)
+{
+    size_t digits = 0;
+    while (digits < n && key[digits] >= '0' && key[digits] <= '9')
+        digits++;
+    return n == 0 || digits == n || memchr(key, '.', n);
+}
+
 /* Steps into an item (a key, or an array's 1-based index, as text): live keeps the picks that
  * go on with this step. leave_item(d, the container's live, the returned depth) steps back.
  * What those picks found under an earlier item of the same key is forgotten: a repeated key
- * replaces the whole value, as in a decoded table. */
-static size_t enter_item(struct decoder *d, const char *step, size_t n)
+ * replaces the whole value, as in a decoded table. A key is checked for being nameable only
+ * when some pick would go on with it: most keys are no pick's, and cost no more. */
+static size_t enter_item(struct decoder *d, const char *step, size_t n, int is_key)
 {
     size_t before = d->depth_at, at = before ? before + 1 : 0;
     uint64_t live = 0;
-    for (int i = 0; i < d->npicks; i++) {
-        if (!(d->live >> i & 1))
-            continue;
+    for (uint64_t m = d->live; m; m &= m - 1) {
+        int i = __builtin_ctzll(m);
         const char *want = d->picks[i].path;   /* begins with the path so far, at least */
         /* want[at] is readable (want[before] is '.', or at is 0), and the first byte that
          * differs ends the comparison before the end of want: no read goes past its NUL */
         if ((before ? want[before] == '.' : want[0] != '\0') && want[at] == step[0] &&
-            strncmp(want + at, step, n) == 0 && (want[at + n] == '\0' || want[at + n] == '.')) {
+            strncmp(want + at, step, n) == 0 && (want[at + n] == '\0' || want[at + n] == '.'))
             live |= (uint64_t)1 << i;
-            d->picks[i].at = NULL;
-        }
     }
+    if (live && is_key && unnamable(step, n))
+        live = 0;
+    for (uint64_t m = live; m; m &= m - 1)
+        d->picks[__builtin_ctzll(m)].at = NULL;
     d->live = live;
     d->depth_at = at + n;
     return before;
@@ -620,29 +636,25 @@ static size_t enter_index(struct decoder *d, lua_Integer n)
     do
         *--p = (char)('0' + n % 10);
     while ((n /= 10) > 0);
-    return enter_item(d, p, (size_t)(digits + sizeof digits - p));
+    return enter_item(d, p, (size_t)(digits + sizeof digits - p), 0);
 }
 
-/* Steps into the key just checked (its quote at k); escapes are undone first. A key no pick
- * can name leads nowhere: digits only (such a step of a pick is an array index), a '.' (which
- * splits a pick's steps) or a NUL. */
+/* Steps into the key just checked (its quote at k); escapes are undone first. */
 static size_t enter_key(struct decoder *d, const char *k)
 {
     size_t raw = (size_t)(d->p - k), n = raw - 2;
     char small[128], *text = (char *)k + 1, *copy = NULL;
-    if (memchr(k + 1, '\\', n) != NULL) {
+    if (d->escaped) {
         text = raw <= sizeof small ? small : (copy = malloc(raw));
         if (text == NULL)
             return enter_nowhere(d);
         n = json_unescape(k, raw, text);
-        text[n] = '\0';   /* n <= raw - 2: strspn below stops here */
+        text[n] = '\0';   /* n <= raw - 2 */
     }
-    size_t before;
-    if (n == 0 || memchr(text, '.', n) || memchr(text, '\0', n) ||
-        strspn(text, "0123456789") >= n)
-        before = enter_nowhere(d);
-    else
-        before = enter_item(d, text, n);
+    /* Only an escape makes a NUL (a raw string has no control character), and a step with a
+     * NUL would end enter_item's comparison early, then read want past its end. */
+    size_t before = d->escaped && memchr(text, '\0', n) ? enter_nowhere(d)
+                                                         : enter_item(d, text, n, 1);
     free(copy);
     return before;
 }

@@ -53,35 +53,54 @@ function Budget:kept()
   return tokens, cost
 end
 
--- What one level has left of each limit it sets (nil where it sets none), reservations counted.
+-- What one level has left of each limit it sets (nil where it sets none), reservations counted:
+-- calls, tokens, cost, seconds. Four values rather than a table: a sub-call asks this of every
+-- level a few times.
 local function level_left(b)
-  local l = b.limits
-  return {
-    calls = l.max_llm_calls and l.max_llm_calls - b.llm_calls - b.held.calls,
-    tokens = l.max_tokens and l.max_tokens - b.input_tokens - b.output_tokens - b.held.tokens,
-    cost = l.max_cost and l.max_cost - b.cost - b.held.cost,
-    seconds = l.max_time and l.max_time - (sys.now() - b.started),
-  }
+  local l, held = b.limits, b.held
+  return l.max_llm_calls and l.max_llm_calls - b.llm_calls - held.calls,
+    l.max_tokens and l.max_tokens - b.input_tokens - b.output_tokens - held.tokens,
+    l.max_cost and l.max_cost - b.cost - held.cost,
+    l.max_time and l.max_time - (sys.now() - b.started)
+end
+
+local function least(a, b)
+  if a == nil or (b ~= nil and b < a) then return b end
+  return a
+end
+
+local LEFT_INDEX = {calls = 1, tokens = 2, cost = 3, seconds = 4}
+
+-- What remains along the chain, reservations counted: calls, tokens, cost, seconds, each the
+-- least over this budget and its ancestors, never below 0; nil where no level sets a limit.
+local function chain_left(b)
+  local calls, tokens, cost, seconds
+  while b do
+    local c, t, m, s = level_left(b)
+    calls, tokens, cost, seconds = least(calls, c), least(tokens, t), least(cost, m), least(seconds, s)
+    b = b.parent
+  end
+  return calls and math.max(0, calls), tokens and math.max(0, tokens),
+    cost and math.max(0, cost), seconds and math.max(0, seconds)
 end
 
 --- What remains: {calls, tokens, cost, seconds}, each the least over this budget and its
 -- ancestors, never below 0; nil where nothing in the chain sets a limit.
 function Budget:remaining()
-  local r = {}
-  local b = self
-  while b do
-    for k, v in pairs(level_left(b)) do
-      if r[k] == nil or v < r[k] then r[k] = v end
-    end
-    b = b.parent
-  end
-  for k, v in pairs(r) do r[k] = math.max(0, v) end
-  return r
+  local calls, tokens, cost, seconds = chain_left(self)
+  return {calls = calls, tokens = tokens, cost = cost, seconds = seconds}
 end
 
 --- Seconds left before the first max_time in the chain, or nil when there is none.
 function Budget:time_left()
-  return self:remaining().seconds
+  local seconds
+  local b = self
+  while b do
+    local l = b.limits
+    if l.max_time then seconds = least(seconds, l.max_time - (sys.now() - b.started)) end
+    b = b.parent
+  end
+  return seconds and math.max(0, seconds)
 end
 
 -- The limit (name and value) that binds `what` for this budget, for messages.
@@ -89,7 +108,7 @@ function Budget:binding(what, key)
   local best, value
   local b = self
   while b do
-    local v = level_left(b)[what]
+    local v = select(LEFT_INDEX[what], level_left(b))
     if v and (best == nil or v < value) then best, value = b, v end
     b = b.parent
   end
@@ -112,50 +131,79 @@ end
 -- root's extraction: may use what is kept for it). Returns a ticket whose max_tokens is
 -- the output cap to send (nil when no limit needs one), or nil and the refusal, which starts
 -- with the name of the limit (max_llm_calls:, max_tokens:, max_cost:, max_time:).
-function Budget:reserve(call)
-  local r = self:remaining()
-  if r.seconds and r.seconds <= 0 then
+-- The ticket for call given what the chain has left and what is kept for the extraction, or nil
+-- and the refusal.
+local function decide(self, call, left_calls, left_tokens, left_cost, left_seconds, keep, keep_cost)
+  if left_seconds and left_seconds <= 0 then
     return nil, ("max_time: the run's %g s are up"):format(self:binding("seconds", "max_time"))
   end
-  if call.sub and r.calls and r.calls < 1 then
+  if call.sub and left_calls and left_calls < 1 then
     -- The refusal text DSPy and fleet-rlm users know, so prompts written for them keep working.
     local max = self:binding("calls", "max_llm_calls")
     return nil, ("max_llm_calls: LLM call limit exceeded: %d + 1 > %d. Use Python code for "
       .. "aggregation instead of making more LLM calls."):format(max, max)
   end
   local prompt = M.estimate_tokens(call.prompt_chars or 0)
-  local keep, keep_cost = 0, 0
-  if not call.final then keep, keep_cost = self:kept() end
+  if call.final then keep, keep_cost = 0, 0 end
   local cap = call.output
-  if r.tokens then
-    local room = r.tokens - prompt - keep
+  if left_tokens then
+    local room = left_tokens - prompt - keep
     if room < M.MIN_OUTPUT then
       return nil, ("max_tokens: this call needs about %d prompt tokens and room to answer, and %d "
-        .. "of the %d tokens remain"):format(prompt, r.tokens, self:binding("tokens", "max_tokens"))
+        .. "of the %d tokens remain"):format(prompt, left_tokens, self:binding("tokens", "max_tokens"))
     end
     cap = math.min(cap or room, room)
   end
   local cost = 0
-  if r.cost then
+  if left_cost then
     local p = call.price
     if not p then
       return nil, ("max_cost: %s has no price, so a cost limit cannot hold it; give one with "
         .. "prices = {[%q] = {input = USD, output = USD}} (per million tokens)"):format(
         tostring(call.label), tostring(call.label))
     end
-    local room = r.cost - keep_cost - prompt * p.input / 1e6
+    local room = left_cost - keep_cost - prompt * p.input / 1e6
     local out_room = p.output > 0 and math.floor(room * 1e6 / p.output) or math.huge
     if out_room < M.MIN_OUTPUT then
       return nil, ("max_cost: this call would cost up to $%.4f and $%.4f of $%g remain"):format(
-        (prompt * p.input + M.MIN_OUTPUT * p.output) / 1e6, r.cost, self:binding("cost", "max_cost"))
+        (prompt * p.input + M.MIN_OUTPUT * p.output) / 1e6, left_cost, self:binding("cost", "max_cost"))
     end
     cap = math.min(cap or out_room, out_room)
     cost = (prompt * p.input + cap * p.output) / 1e6
   end
-  local ticket = {calls = call.sub and 1 or 0, tokens = r.tokens and prompt + cap or 0, cost = cost,
-                  max_tokens = (r.tokens or r.cost) and math.floor(cap) or nil}
-  hold(self, ticket, 1)
-  return ticket
+  return {calls = call.sub and 1 or 0, tokens = left_tokens and prompt + cap or 0, cost = cost,
+          max_tokens = (left_tokens or left_cost) and math.floor(cap) or nil}
+end
+
+function Budget:reserve(call)
+  local left_calls, left_tokens, left_cost, left_seconds = chain_left(self)
+  local ticket, why = decide(self, call, left_calls, left_tokens, left_cost, left_seconds,
+                             self:kept())
+  if ticket then hold(self, ticket, 1) end
+  return ticket, why
+end
+
+--- Reserves a batch's calls in their order, exactly as one reserve after another would, but
+-- walking the chain twice for the batch rather than twice for each call. Returns two lists:
+-- tickets[i], or whys[i] for a call refused.
+function Budget:reserve_all(calls)
+  local left_calls, left_tokens, left_cost, left_seconds = chain_left(self)
+  local keep, keep_cost = self:kept()
+  local tickets, whys, held = {}, {}, {calls = 0, tokens = 0, cost = 0}
+  for i, call in ipairs(calls) do
+    local t, why = decide(self, call, left_calls, left_tokens, left_cost, left_seconds, keep,
+                          keep_cost)
+    if t then   -- what a hold of t takes from every level's remainder, so from their least
+      left_calls = left_calls and math.max(0, left_calls - t.calls)
+      left_tokens = left_tokens and math.max(0, left_tokens - t.tokens)
+      left_cost = left_cost and math.max(0, left_cost - t.cost)
+      held.calls, held.tokens, held.cost = held.calls + t.calls, held.tokens + t.tokens,
+                                           held.cost + t.cost
+    end
+    tickets[i], whys[i] = t, why
+  end
+  hold(self, held, 1)
+  return tickets, whys
 end
 
 --- Settles a reserved call: the reservation is released and what the call used (usage, cost;

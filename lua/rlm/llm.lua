@@ -102,10 +102,10 @@ local function merged(a, b)
   return t
 end
 
--- The request for rlm.core.llm, its "provider/model" label and its on_delta. Raises on misuse.
-local function prepare(req, level)
+-- What every request to one model with one key and base URL shares: the provider entry, the
+-- "provider/model" label, the model's name, the key and the URL. Raises on misuse.
+local function endpoint(req, level)
   level = level + 1
-  if type(req) ~= "table" then error("an llm request must be a table", level) end
   local entry, provider, name = M.resolve(req.model, level)
   local label = provider .. "/" .. name
   local key = req.api_key or env(entry.key_env)
@@ -116,6 +116,17 @@ local function prepare(req, level)
       entry.key_env or "the provider's key variable"), level)
   end
   local base = req.base_url or env(entry.base_url_env) or entry.base_url
+  return {entry = entry, label = label, name = name, key = key,
+          url = base:gsub("/+$", "") .. (entry.path or WIRE_PATHS[entry.wire])}
+end
+
+-- The request for rlm.core.llm, its "provider/model" label and its on_delta. Raises on misuse.
+-- ep: the request's endpoint when the caller has it (a batch works it out once per model).
+local function prepare(req, level, ep)
+  level = level + 1
+  if type(req) ~= "table" then error("an llm request must be a table", level) end
+  ep = ep or endpoint(req, level)
+  local entry = ep.entry
   local messages = req.messages
   if messages == nil and req.prompt ~= nil then
     messages = {{role = "user", content = req.prompt}}
@@ -126,8 +137,8 @@ local function prepare(req, level)
   end
   local wire = entry.wire
   return {
-    wire = wire, url = base:gsub("/+$", "") .. (entry.path or WIRE_PATHS[wire]), key = key,
-    name = label, model = name, messages = messages, system = req.system,
+    wire = wire, url = ep.url, key = ep.key,
+    name = ep.label, model = ep.name, messages = messages, system = req.system,
     temperature = req.temperature, stop = req.stop,
     max_tokens = req.max_tokens or (wire == "anthropic" and M.max_tokens or nil),
     max_tokens_field = entry.max_tokens_field,
@@ -135,7 +146,23 @@ local function prepare(req, level)
     extra = merged(entry.extra, req.extra), headers = merged(entry.headers, req.headers),
     timeout = req.timeout or M.timeout, retries = req.retries or M.retries,
     backoff = req.backoff or M.backoff,
-  }, label, on_delta
+  }, ep.label, on_delta
+end
+
+-- The endpoint of req from cache (by model, key and base URL), worked out on first use.
+local function cached_endpoint(cache, req, level)
+  if type(req) ~= "table" then return nil end
+  local by_key = cache[req.model or ""]
+  if not by_key then by_key = {}; cache[req.model or ""] = by_key end
+  local by_base = by_key[req.api_key or ""]
+  if not by_base then by_base = {}; by_key[req.api_key or ""] = by_base end
+  local ep = by_base[req.base_url or ""]
+  if not ep then ep = endpoint(req, level + 1); by_base[req.base_url or ""] = ep end
+  return ep
+end
+
+local function prepare_in_batch(endpoints, req)
+  return prepare(req, 2, cached_endpoint(endpoints, req, 2))
 end
 
 --- Raises the error a call would raise (unknown provider, missing key) without calling;
@@ -301,9 +328,9 @@ end
 -- unknown provider) fails its own slot (kind "misuse"), not the batch.
 function M.batch(reqs, opts)
   if type(reqs) ~= "table" then error("llm.batch takes a list of requests", 2) end
-  local prepared = {}
+  local prepared, endpoints = {}, {}
   for i, req in ipairs(reqs) do
-    local ok, creq, label, on_delta = pcall(prepare, req, 2)
+    local ok, creq, label, on_delta = pcall(prepare_in_batch, endpoints, req)
     prepared[i] = ok and table.pack(creq, label, on_delta)
                   or {misuse = tostring(creq):gsub("^[^:]*:%d+: ", "")}
   end

@@ -192,9 +192,11 @@ function Run:price(label)
   return llm.price(label, self.prices)
 end
 
--- The cost in USD of usage on label, from the run's prices (0 when unpriced).
-function Run:cost_of(label, usage)
-  local p = self:price(label)
+-- The cost in USD of usage on label, from the run's prices (0 when unpriced). price: the label's
+-- price when the caller has it already (false: none), as a batch looks it up once.
+function Run:cost_of(label, usage, price)
+  local p = price
+  if p == nil then p = self:price(label) end
   local u = usage or {}
   return p and ((u.input_tokens or 0) * p.input + (u.output_tokens or 0) * p.output) / 1e6 or 0
 end
@@ -239,7 +241,7 @@ local PROMPT_KEPT = 2000
 
 -- The record of a batch of sub-calls: each prompt (its head) and answer, with the model, its
 -- tokens and cost (usage: per item, nil for a refused or cached one).
-function Run:sub_prompt_record(kind, prompts, texts, started, label, usage)
+function Run:sub_prompt_record(kind, prompts, texts, started, label, usage, costs)
   local chars_in, chars_out = 0, 0
   local items = {}
   for i, p in ipairs(prompts) do
@@ -248,7 +250,7 @@ function Run:sub_prompt_record(kind, prompts, texts, started, label, usage)
     local u = usage and usage[i]
     items[i] = {prompt = #p > PROMPT_KEPT and p:sub(1, PROMPT_KEPT) or p, prompt_chars = #p,
                 input_tokens = u and u.input_tokens, output_tokens = u and u.output_tokens,
-                cost = u and self:cost_of(label, u)}
+                cost = costs and costs[i] or u and self:cost_of(label, u)}
   end
   self:record{type = "subcall", kind = kind, turn = self.turn, count = #prompts, model = label,
               prompt_chars = chars_in, reply_chars = chars_out,
@@ -270,8 +272,8 @@ function Run:allowed_model(model)
 end
 
 -- Why a prompt cannot be sent to label (its context window), or nil.
-function Run:too_big(label, prompt)
-  local window = llm.context_window(label, self.context_windows)
+function Run:too_big(label, prompt, window)
+  if window == nil then window = llm.context_window(label, self.context_windows) end
   local typical = math.ceil(#prompt / 4)
   if window and typical > window then
     return ("context_window: the prompt is about %d tokens (%d characters), more than %s's context "
@@ -344,33 +346,46 @@ function Run:llm_query(prompts, model, kind)
   model = model or self.sub_model
   local started = sys.now()
   local texts, reqs, tickets, slots = {}, {}, {}, {}
-  local refusal
+  local refusal   -- a refusal's text, for llm_query (one prompt) to raise
   local output = self:batch_output(prompts, label)
+  -- looked up once for the batch (false: none)
+  local price = self:price(label) or false
+  local window = llm.context_window(label, self.context_windows) or false
+  local out_of_time, timeout = self:time_left() == 0, self:call_timeout()
+  -- First what each prompt is (too big, cached, out of time, or a call to reserve), then the
+  -- calls reserved together, in order, as one reservation after another would be.
+  local calls, waiting = {}, {}
   for i, p in ipairs(prompts) do
-    local why = self:too_big(label, p)
-    local ticket
+    local why = self:too_big(label, p, window)
     local hit = not why and self:cached(label, p)
     if hit then
       -- No call is made: nothing is reserved or counted but the hit and what it saved.
       texts[i] = hit.text
       self.cache_hits = self.cache_hits + 1
-      self.cache_saved = self.cache_saved + self:cost_of(label, hit.usage)
+      self.cache_saved = self.cache_saved + self:cost_of(label, hit.usage, price)
+    elseif not why and out_of_time then
+      why = ("max_time: the run's %g s are up"):format(self.budget:binding("seconds", "max_time"))
     elseif not why then
-      if self:time_left() == 0 then
-        why = ("max_time: the run's %g s are up"):format(self.budget:binding("seconds", "max_time"))
-      else
-        ticket, why = self.budget:reserve{prompt_chars = #p, output = output,
-                                          sub = true, price = self:price(label), label = label}
-      end
+      calls[#calls + 1] = {prompt_chars = #p, output = output, sub = true, price = price or nil,
+                           label = label}
+      waiting[#calls] = i
     end
-    if ticket then
-      local n = #reqs + 1
-      reqs[n] = {model = model, messages = {{role = "user", content = p}},
-                 max_tokens = ticket.max_tokens, timeout = self:call_timeout()}
-      tickets[n], slots[n] = ticket, i
-    elseif not hit then
+    if why then
       texts[i] = "[ERROR] " .. why
       refusal = refusal or why
+    end
+  end
+  local granted, whys = self.budget:reserve_all(calls)
+  for c, i in ipairs(waiting) do
+    local ticket = granted[c]
+    if ticket then
+      local n = #reqs + 1
+      reqs[n] = {model = model, messages = {{role = "user", content = prompts[i]}},
+                 max_tokens = ticket.max_tokens, timeout = timeout}
+      tickets[n], slots[n] = ticket, i
+    else
+      texts[i] = "[ERROR] " .. whys[c]
+      refusal = refusal or whys[c]
     end
   end
   if kind == "llm_query" and refusal then return nil, refusal end
@@ -382,15 +397,21 @@ function Run:llm_query(prompts, model, kind)
   end
   -- A failed item becomes an error string in its slot, as DSPy does, so one bad call does not
   -- lose the batch; the code can test for the prefix.
-  local usage = {}
+  local usage, costs = {}, {}
   for n, r in ipairs(results) do
-    self:settle(tickets[n], label, not r.error and r or nil)
-    texts[slots[n]] = r.error and "[ERROR] " .. tostring(r.error) or r.text
-    usage[slots[n]] = r.usage
-    if not r.error then self:remember(label, prompts[slots[n]], r) end
+    local slot = slots[n]
+    if r.error then
+      self.budget:settle(tickets[n], label)
+      texts[slot] = "[ERROR] " .. tostring(r.error)
+    else
+      local cost = self:cost_of(label, r.usage, price)
+      self.budget:settle(tickets[n], label, r.usage or {}, cost)
+      texts[slot], usage[slot], costs[slot] = r.text, r.usage, cost
+      self:remember(label, prompts[slot], r)
+    end
   end
   async.check_interrupt()
-  self:sub_prompt_record(kind, prompts, texts, started, label, usage)
+  self:sub_prompt_record(kind, prompts, texts, started, label, usage, costs)
   return texts
 end
 

@@ -49,12 +49,26 @@ function M.redact(s, list)
   return s
 end
 
-local function scrub(v, list)
-  if type(v) == "string" then return M.redact(v, list) end
-  if type(v) ~= "table" then return v end
-  local out = setmetatable({}, getmetatable(v))
-  for k, x in pairs(v) do out[k] = scrub(x, list) end
+local function copy(t)
+  local out = setmetatable({}, getmetatable(t))
+  for k, x in pairs(t) do out[k] = x end
   return out
+end
+
+-- The table t with every secret redacted. A table is copied only when something in it changes:
+-- a batch's record holds thousands of prompts and replies, and copying them all cost more than
+-- the calls.
+local function scrub(t, list)
+  local out
+  for k, x in pairs(t) do
+    local kind, y = type(x), x
+    if kind == "string" then y = M.redact(x, list) elseif kind == "table" then y = scrub(x, list) end
+    if y ~= x then
+      out = out or copy(t)
+      out[k] = y
+    end
+  end
+  return out or t
 end
 
 local Writer = {}
@@ -74,7 +88,9 @@ function M.writer(path, append, sink)
 end
 
 function Writer:write(record)
-  record = scrub(record, secrets())     -- read each time: a key may be given mid-run
+  -- the record itself is always a copy (it gets its time here); secrets are read each time, as
+  -- a key may be given mid-run
+  record = copy(scrub(record, secrets()))
   record.t = record.t or sys.time()
   self.records[#self.records + 1] = record
   if self.file then

@@ -196,6 +196,49 @@ SUBMIT(answer=out)]])},
   T.eq(per_model["sub-model"], 1)
 end
 
+-- A batch's reservation (reserve_all, one walk of the chain) against the same calls reserved
+-- one after another: every ticket, every refusal and what remains must be the same, under
+-- each kind of limit and a parent's.
+tests["reserve_all grants and refuses exactly what reserve after reserve does"] = function()
+  local price = {input = 3, output = 15}
+  local configs = {
+    {limits = {max_llm_calls = 5}},
+    {limits = {max_tokens = 5000}},
+    {limits = {max_cost = 0.02}},
+    {limits = {max_tokens = 20000, max_cost = 0.05, max_llm_calls = 9}},
+    {limits = {max_time = 0}},
+    {limits = {max_tokens = 4000}, parent = {max_llm_calls = 4}},
+    {limits = {}, parent = {max_cost = 0.01}, keep = {tokens = 100, cost = 0.001}},
+  }
+  for n, cfg in ipairs(configs) do
+    local function make()
+      local parent = cfg.parent and budget.new(cfg.parent)
+      local b = parent and parent:child(nil) or budget.new(cfg.limits)
+      if parent then b.limits = cfg.limits end
+      if cfg.keep then (parent or b).keep = cfg.keep end
+      return b
+    end
+    local calls = {}
+    for i = 1, 12 do
+      calls[i] = {prompt_chars = 100 * i, output = 300 + 50 * (i % 4), sub = i % 3 ~= 0,
+                  price = price, label = "p/m"}
+    end
+    local one, all = make(), make()
+    local tickets, whys = all:reserve_all(calls)
+    for i, call in ipairs(calls) do
+      local t, why = one:reserve(call)
+      T.eq(json.encode(tickets[i] or json.null), json.encode(t or json.null),
+           ("config %d call %d: ticket"):format(n, i))
+      T.eq(whys[i], why, ("config %d call %d: refusal"):format(n, i))
+    end
+    local r1, r2 = one:remaining(), all:remaining()
+    for _, k in ipairs{"calls", "tokens", "cost"} do
+      T.truthy((r1[k] == nil and r2[k] == nil) or math.abs(r1[k] - r2[k]) < 1e-12,
+               ("config %d: %s left %s vs %s"):format(n, k, tostring(r1[k]), tostring(r2[k])))
+    end
+  end
+end
+
 tests["reservations: calls in flight never add up past a limit; grants nest"] = function()
   local b = budget.new{max_tokens = 1000, max_llm_calls = 3}
   local t1 = assert(b:reserve{prompt_chars = 300, output = 400, sub = true})
