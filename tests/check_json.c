@@ -609,6 +609,37 @@ START_TEST(integers_of_numbers)
 END_TEST
 
 /* Mutated documents: the checker and the decoder agree on every one, message included. */
+/* The fast scan of a string stops only at a byte that needs a look: one such byte at every
+ * position of strings up to 40 long must be seen (a scan that took several bytes at a time
+ * could miss one at a word's edge); bytes that need none must pass. */
+START_TEST(every_stop_byte_is_seen_wherever_it_falls)
+{
+    static const struct { char byte; int valid; } cases[] = {
+        {'"', 0}, {'\\', 0}, {'\x01', 0}, {'\x1f', 0}, {'\n', 0}, {' ', 1}, {'\x7f', 1},
+        {'!', 1}, {'#', 1}, {'[', 1}, {']', 1},
+    };
+    lua_State *Ls = luaL_newstate();
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int len = 1; len <= 40; len++)
+            for (int at = 0; at < len; at++) {
+                char doc[48];
+                memset(doc, 'a', sizeof doc);
+                doc[0] = '"';
+                doc[1 + at] = cases[c].byte;
+                doc[1 + len] = '"';
+                size_t n = (size_t)len + 2;
+                ck_assert_msg(json_check(doc, n, err, sizeof err) == cases[c].valid,
+                              "byte %d at %d of %d", cases[c].byte, at, len);
+                if (cases[c].valid) {
+                    ck_assert(json_decode(Ls, doc, n, err, sizeof err));
+                    ck_assert_uint_eq(lua_rawlen(Ls, -1), (size_t)len);
+                    lua_pop(Ls, 1);
+                }
+            }
+    lua_close(Ls);
+}
+END_TEST
+
 START_TEST(check_agrees_with_decode)
 {
     const char *seeds[] = {
@@ -670,6 +701,7 @@ Suite *make_json_suite(void)
     tcase_add_test(tc, unescaping_as_decode_does);
     tcase_add_test(tc, integers_of_numbers);
     tcase_add_test(tc, check_agrees_with_decode);
+    tcase_add_test(tc, every_stop_byte_is_seen_wherever_it_falls);
     suite_add_tcase(s, tc);
     return s;
 }
