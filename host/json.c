@@ -1622,45 +1622,64 @@ static struct kept_buffer *kept_buffer(lua_State *L)
     return k;
 }
 
-int json_encode(lua_State *L, int idx, const struct json_encode_opts *opts, char *err,
-                size_t errlen)
+/* Encodes the value at idx (absolute) onto out; the metatables go on the stack above top and
+ * come off again. 0 with the message in err on failure. */
+static int encode_onto(lua_State *L, int idx, struct buf *out, const struct json_encode_opts *opts,
+                       char *err, size_t errlen)
 {
-    idx = lua_absindex(L, idx);
     int top = lua_gettop(L);
     luaL_checkstack(L, 8, "json_encode");
     struct encoder e = {
-        .L = L, .array_mt = top + 2, .object_mt = top + 3, .point = locale_point(),
+        .L = L, .out = out, .array_mt = top + 1, .object_mt = top + 2, .point = locale_point(),
         .indent = opts ? opts->indent : 0, .sort_keys = opts ? opts->sort_keys : 0,
     };
-    struct kept_buffer *kept = kept_buffer(L);
-    if (kept->busy) {
-        e.out = push_buffer(L);
-    } else {
-        kept->busy = 1;
-        kept->buf.len = 0;
-        e.out = &kept->buf;
-        lua_pushnil(L);
-    }
     json_push_array_mt(L);
-    json_push_object_mt(L);                          // [buffer or nil, array_mt, object_mt]
+    json_push_object_mt(L);                          // [array_mt, object_mt]
     int ok = encode_value(&e, idx);
-    if (ok)
-        lua_pushlstring(L, e.out->data ? e.out->data : "", e.out->len);
-    if (e.out != &kept->buf || e.out->cap > ENCODE_BUFFER_KEEP)
-        buf_free(e.out);
-    if (e.out == &kept->buf)
-        kept->busy = 0;
+    lua_settop(L, top);
     if (!ok) {
-        lua_settop(L, top);
         if (e.path_cut) {
             memcpy(e.path + e.path_len, "...", 3);
             e.path_len += 3;
         }
         e.path[e.path_len] = '\0';
         snprintf(err, errlen, "%s at $%s", e.reason, e.path);
+    }
+    return ok;
+}
+
+int json_encode(lua_State *L, int idx, const struct json_encode_opts *opts, char *err,
+                size_t errlen)
+{
+    idx = lua_absindex(L, idx);
+    int top = lua_gettop(L);
+    struct buf *out;
+    struct kept_buffer *kept = kept_buffer(L);
+    if (kept->busy) {
+        out = push_buffer(L);
+    } else {
+        kept->busy = 1;
+        kept->buf.len = 0;
+        out = &kept->buf;
+        lua_pushnil(L);
+    }                                                // [buffer or nil]
+    int ok = encode_onto(L, idx, out, opts, err, errlen);
+    if (ok)
+        lua_pushlstring(L, out->data ? out->data : "", out->len);
+    if (out != &kept->buf || out->cap > ENCODE_BUFFER_KEEP)
+        buf_free(out);
+    if (out == &kept->buf)
+        kept->busy = 0;
+    if (!ok) {
+        lua_settop(L, top);
         return 0;
     }
     lua_replace(L, top + 1);
     lua_settop(L, top + 1);
     return 1;
+}
+
+int json_append(lua_State *L, int idx, struct buf *out, char *err, size_t errlen)
+{
+    return encode_onto(L, lua_absindex(L, idx), out, NULL, err, errlen);
 }

@@ -38,6 +38,8 @@
 #include <stdint.h>
 #include <lua.h>
 
+#include "buf.h"
+
 #define JSON_MAX_DEPTH 1000
 
 /* Decodes s[0..len) (one value, surrounding whitespace allowed) and pushes it. On failure pushes
@@ -89,6 +91,11 @@ struct json_encode_opts {
  * "cannot encode a function at $.tools[2]" in err. */
 int json_encode(lua_State *L, int idx, const struct json_encode_opts *opts, char *err,
                 size_t errlen);
+
+/* Appends the JSON text of the value at idx to out, as json_encode with no opts would encode it
+ * (for a document built in parts); 0 with a message in err on failure, out then holding part
+ * of the text. */
+int json_append(lua_State *L, int idx, struct buf *out, char *err, size_t errlen);
 
 /* 1 when the value at idx is a table that would encode as a JSON array (so a decoded or
  * json.array table, or a plain one with keys 1..n, n > 0, not sparse), else 0. */

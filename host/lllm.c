@@ -48,12 +48,14 @@
 
 struct call;
 /* What one wire format (OpenAI chat completions, Anthropic messages) does its own way. */
+struct body;
+
 struct wire {
     const char *name;
     const char *auth_prefix;        /* the header line the key follows */
     const char *version_header;     /* NULL: none */
-    /* Puts messages (and the system prompt, and max_tokens and stop) into the body table. */
-    void (*build)(lua_State *L, struct call *k, int req, int msgs, int body);
+    /* Writes messages (and the system prompt, and max_tokens and stop) into the body. */
+    void (*build)(struct body *b, struct call *k, int req, int msgs);
     int (*ends_stream)(const char *event, const char *data, size_t len);
     /* Read one stream event, or a whole response body; 0 when it is not valid JSON. */
     int (*event)(struct call *k, const char *data, size_t len, char *err, size_t errlen);
@@ -182,13 +184,61 @@ static const char *need_string(lua_State *L, int req, const char *field)
     return s;
 }
 
-/* Copies req[from] into body[to] when set. [-0, +0] */
-static void copy_field(lua_State *L, int req, const char *from, int body, const char *to)
+/* The request body, written as JSON straight into the call's buffer member by member (a table
+ * of it, encoded, cost as much again). req.extra is merged last and wins: a member it also
+ * names is left out where the body would have it. Member names here are plain ASCII. */
+struct body {
+    lua_State *L;
+    struct buf *out;
+    int extra;      /* req.extra's stack slot, 0 when there is none */
+};
+
+static void body_add(struct body *b, const char *s, size_t n)
 {
-    if (lua_getfield(L, req, from) == LUA_TNIL)
-        lua_pop(L, 1);
+    if (buf_add(b->out, s, n) != 0)
+        luaL_error(b->L, "out of memory");
+}
+
+/* Writes the value at idx as JSON. */
+static void body_value(struct body *b, int idx)
+{
+    char err[200];
+    if (!json_append(b->L, idx, b->out, err, sizeof err))
+        luaL_error(b->L, "llm request: %s", err);
+}
+
+/* Starts member key: 0 when req.extra names it instead (the caller then writes nothing). */
+static int body_key(struct body *b, const char *key)
+{
+    if (b->extra) {
+        int named = lua_getfield(b->L, b->extra, key) != LUA_TNIL;
+        lua_pop(b->L, 1);
+        if (named)
+            return 0;
+    }
+    if (b->out->len > 1)
+        body_add(b, ",", 1);
+    body_add(b, "\"", 1);
+    body_add(b, key, strlen(key));
+    body_add(b, "\":", 2);
+    return 1;
+}
+
+/* Pops the value on top of the stack into member key. */
+static void put_member(struct body *b, const char *key)
+{
+    if (body_key(b, key))
+        body_value(b, -1);
+    lua_pop(b->L, 1);
+}
+
+/* Copies req[from] into member to when set. [-0, +0] */
+static void copy_member(struct body *b, int req, const char *from, const char *to)
+{
+    if (lua_getfield(b->L, req, from) == LUA_TNIL)
+        lua_pop(b->L, 1);
     else
-        lua_setfield(L, body, to);
+        put_member(b, to);
 }
 
 /* Pushes a new table with the JSON array (or object) metatable. */
@@ -202,9 +252,10 @@ static void new_json(lua_State *L, int array)
     lua_setmetatable(L, -2);
 }
 
-/* body[to] = req.stop as a list (a single string becomes a one-item list). */
-static void set_stop(lua_State *L, int req, int body, const char *to)
+/* Member to = req.stop as a list (a single string becomes a one-item list). */
+static void put_stop(struct body *b, int req, const char *to)
 {
+    lua_State *L = b->L;
     int t = lua_getfield(L, req, "stop");
     if (t == LUA_TSTRING) {
         new_json(L, 1);
@@ -216,7 +267,7 @@ static void set_stop(lua_State *L, int req, int body, const char *to)
         lua_pop(L, 1);
         return;
     }
-    lua_setfield(L, body, to);
+    put_member(b, to);
 }
 
 static int is_role(lua_State *L, int msg, const char *role)
@@ -229,39 +280,47 @@ static int is_role(lua_State *L, int msg, const char *role)
     return yes;
 }
 
-/* OpenAI: the system prompt is the first message. */
-static void openai_messages(lua_State *L, int req, int msgs, int out)
+/* OpenAI: the system prompt is the first message. Written as it goes: no list is made. */
+static void openai_messages(struct body *b, int req, int msgs)
 {
-    lua_Integer n = 0;
+    lua_State *L = b->L;
+    if (!body_key(b, "messages"))
+        return;
+    body_add(b, "[", 1);
+    int first = 1;
     if (lua_getfield(L, req, "system") != LUA_TNIL) {
-        lua_createtable(L, 0, 2);
-        lua_pushliteral(L, "system");
-        lua_setfield(L, -2, "role");
-        lua_insert(L, -2);
-        lua_setfield(L, -2, "content");
-        lua_rawseti(L, out, ++n);
-    } else {
+        body_add(b, "{\"role\":\"system\",\"content\":", 27);
+        body_value(b, -1);
+        body_add(b, "}", 1);
+        first = 0;
+    }
+    lua_pop(L, 1);
+    lua_Integer count = luaL_len(L, msgs);
+    for (lua_Integer i = 1; i <= count; i++, first = 0) {
+        lua_geti(L, msgs, i);
+        if (!first)
+            body_add(b, ",", 1);
+        body_value(b, -1);
         lua_pop(L, 1);
     }
-    lua_Integer count = luaL_len(L, msgs);
-    for (lua_Integer i = 1; i <= count; i++) {
-        lua_geti(L, msgs, i);
-        lua_rawseti(L, out, ++n);
-    }
+    body_add(b, "]", 1);
 }
 
 /* Anthropic: system prompts go to the top-level "system" field, joined with blank lines. */
-static void anthropic_messages(lua_State *L, int req, int msgs, int out, int body)
+static void anthropic_messages(struct body *b, int req, int msgs)
 {
-    luaL_Buffer b;
+    lua_State *L = b->L;
+    new_json(L, 1);
+    int out = lua_gettop(L);
+    luaL_Buffer sb;
     int has_system = lua_getfield(L, req, "system") != LUA_TNIL;
     int system_blocks = lua_istable(L, -1);
     int sys_idx = lua_gettop(L);
     lua_Integer n = 0, count = luaL_len(L, msgs);
-    luaL_buffinit(L, &b);
+    luaL_buffinit(L, &sb);
     if (has_system && !system_blocks) {
         lua_pushvalue(L, sys_idx);
-        luaL_addvalue(&b);
+        luaL_addvalue(&sb);
     }
     for (lua_Integer i = 1; i <= count; i++) {
         lua_geti(L, msgs, i);
@@ -279,33 +338,19 @@ static void anthropic_messages(lua_State *L, int req, int msgs, int out, int bod
             lua_insert(L, -2);
             lua_concat(L, 2);
         }
-        luaL_addvalue(&b);
+        luaL_addvalue(&sb);
         has_system = 1;
     }
-    luaL_pushresult(&b);
+    luaL_pushresult(&sb);
     if (system_blocks)
         lua_pushvalue(L, sys_idx);
     if (has_system)
-        lua_setfield(L, body, "system");
+        put_member(b, "system");
     else
         lua_pop(L, 1);
-    lua_settop(L, sys_idx - 1);
-}
-
-/* Merges req.extra (provider-specific body fields) into the body, last, so it may override. */
-static void merge_extra(lua_State *L, int req, int body)
-{
-    if (lua_getfield(L, req, "extra") == LUA_TTABLE) {
-        int extra = lua_gettop(L);
-        for (lua_pushnil(L); lua_next(L, extra); lua_pop(L, 1)) {
-            lua_pushvalue(L, -2);
-            lua_pushvalue(L, -2);
-            lua_rawset(L, body);
-        }
-    } else if (!lua_isnil(L, -1)) {
-        luaL_error(L, "llm request field 'extra' must be a table");
-    }
-    lua_pop(L, 1);
+    lua_settop(L, out);
+    put_member(b, "messages");
+    lua_settop(L, out - 1);
 }
 
 /* req.max_tokens, or -1 when unset. */
@@ -321,64 +366,72 @@ static lua_Integer max_tokens_of(lua_State *L, int req)
     return max_tokens;
 }
 
-static void openai_build(lua_State *L, struct call *k, int req, int msgs, int body)
+static void openai_build(struct body *b, struct call *k, int req, int msgs)
 {
-    new_json(L, 1);
-    openai_messages(L, req, msgs, lua_gettop(L));
-    lua_setfield(L, body, "messages");
-    set_stop(L, req, body, "stop");
+    lua_State *L = b->L;
+    openai_messages(b, req, msgs);
+    put_stop(b, req, "stop");
     /* OpenAI's newer models take only max_completion_tokens; most servers max_tokens. */
     const char *field = field_string(L, req, "max_tokens_field", "max_tokens", NULL);
     lua_Integer max_tokens = max_tokens_of(L, req);
     if (max_tokens > 0) {
         lua_pushinteger(L, max_tokens);
-        lua_setfield(L, body, field);
+        put_member(b, field);
     }
-    if (k->stream) {   /* without this, streamed answers carry no token counts */
-        lua_createtable(L, 0, 1);
-        lua_pushboolean(L, 1);
-        lua_setfield(L, -2, "include_usage");
-        lua_setfield(L, body, "stream_options");
-    }
+    /* without this, streamed answers carry no token counts */
+    if (k->stream && body_key(b, "stream_options"))
+        body_add(b, "{\"include_usage\":true}", 22);
 }
 
-static void anthropic_build(lua_State *L, struct call *k, int req, int msgs, int body)
+static void anthropic_build(struct body *b, struct call *k, int req, int msgs)
 {
-    new_json(L, 1);
-    anthropic_messages(L, req, msgs, lua_gettop(L), body);
-    lua_setfield(L, body, "messages");
-    set_stop(L, req, body, "stop_sequences");
+    lua_State *L = b->L;
+    anthropic_messages(b, req, msgs);
+    put_stop(b, req, "stop_sequences");
     lua_Integer max_tokens = max_tokens_of(L, req);
     if (max_tokens < 0)
         luaL_error(L, "Anthropic requests need max_tokens");
     lua_pushinteger(L, max_tokens);
-    lua_setfield(L, body, "max_tokens");
+    put_member(b, "max_tokens");
+}
+
+/* req.extra's members, last. */
+static void put_extra(struct body *b)
+{
+    lua_State *L = b->L;
+    if (!b->extra)
+        return;
+    for (lua_pushnil(L); lua_next(L, b->extra); lua_pop(L, 1)) {
+        if (lua_type(L, -2) != LUA_TSTRING)
+            luaL_error(L, "llm request field 'extra' must map names to values");
+        if (b->out->len > 1)
+            body_add(b, ",", 1);
+        body_value(b, -2);
+        body_add(b, ":", 1);
+        body_value(b, -1);
+    }
 }
 
 /* Builds the JSON body of req for k->wire into k->body. */
 static void build_body(lua_State *L, struct call *k, int req)
 {
-    char err[200];
-    new_json(L, 0);
-    int body = lua_gettop(L);
-    copy_field(L, req, "model", body, "model");
+    int top = lua_gettop(L);
+    int t = lua_getfield(L, req, "extra");
+    if (t != LUA_TTABLE && t != LUA_TNIL)
+        luaL_error(L, "llm request field 'extra' must be a table");
+    struct body b = {L, &k->body, t == LUA_TTABLE ? lua_gettop(L) : 0};
+    body_add(&b, "{", 1);
+    copy_member(&b, req, "model", "model");
     if (lua_getfield(L, req, "messages") != LUA_TTABLE || luaL_len(L, -1) == 0)
         luaL_error(L, "llm request needs a non-empty list 'messages'");
-    k->wire->build(L, k, req, lua_gettop(L), body);
-    lua_pop(L, 1);                                     // [body]
-    copy_field(L, req, "temperature", body, "temperature");
-    if (k->stream) {
-        lua_pushboolean(L, 1);
-        lua_setfield(L, body, "stream");
-    }
-    merge_extra(L, req, body);
-    if (!json_encode(L, body, NULL, err, sizeof err))
-        luaL_error(L, "llm request: %s", err);
-    size_t len;
-    const char *s = lua_tolstring(L, -1, &len);
-    if (buf_add(&k->body, s, len))
-        luaL_error(L, "out of memory");
-    lua_pop(L, 2);
+    k->wire->build(&b, k, req, lua_gettop(L));
+    lua_pop(L, 1);
+    copy_member(&b, req, "temperature", "temperature");
+    if (k->stream && body_key(&b, "stream"))
+        body_add(&b, "true", 4);
+    put_extra(&b);
+    body_add(&b, "}", 1);
+    lua_settop(L, top);
 }
 
 static void build_headers(lua_State *L, struct call *k, int req, const char *key)

@@ -72,6 +72,22 @@ tests["both providers answer with text, finish_reason, usage and model"] = funct
   end
 end
 
+tests["extra replaces a member of the body rather than repeating it, on both wires"] = function()
+  local s = standin()
+  for _, model in ipairs{"openai/gpt-4o", "anthropic/claude-sonnet-4-5"} do
+    assert(llm.complete(s.req(model, {prompt = "hi", temperature = 0.5, max_tokens = 9,
+      stop = "END", extra = {temperature = 0.1, max_tokens = 7, max_completion_tokens = 7,
+                             stop = {"X"}, stop_sequences = {"Y"}, seed = 3}})))
+    local st = s.stats()
+    T.eq(st.last_body.temperature, 0.1, model)
+    T.eq(st.last_body.seed, 3, model)
+    T.eq(st.last_body[model:match("^openai") and "max_completion_tokens" or "max_tokens"], 7, model)
+    T.eq(st.last_body[model:match("^openai") and "stop" or "stop_sequences"],
+         model:match("^openai") and {"X"} or {"Y"}, model)
+    T.eq(st.last_duplicates, {}, model .. ": keys written twice")
+  end
+end
+
 tests["system prompt, stop and max_tokens go where each API wants them"] = function()
   local s = standin()
   assert(llm.complete(s.req("openai/gpt-4o", {system = "SYS", stop = "END", max_tokens = 50,
