@@ -44,7 +44,7 @@ struct h1_pool {
 };
 
 enum phase {
-    CONNECTING, SENDING,               /* SENDING also reads: an early answer ends the upload */
+    CONNECTING, SENDING,               /* the head of the answer may come while sending */
     HEAD,                              /* request sent, reading the answer's head */
     BODY_LENGTH, BODY_TO_CLOSE,
     CHUNK_SIZE, CHUNK_DATA, CHUNK_DATA_END, TRAILERS,
@@ -62,6 +62,8 @@ struct h1_exchange {
     int reused;                        /* the connection came from the pool */
     int head_only;                     /* a HEAD request: the answer has no body */
     int keep_alive;
+    int sending;                       /* request bytes remain; sent while the answer comes */
+    int status_seen;                   /* the current answer's status line was read */
     int finished;                      /* outcome is decided; complete() hands it on */
     int stopped;                       /* h1_stop: no outcome will be handed on */
     CURLcode outcome;
@@ -72,7 +74,7 @@ struct h1_exchange {
     struct buf line;                   /* a chunk-size or trailer line as it arrives */
     uint64_t left;                     /* bytes of the body or of the chunk still to come */
     size_t received;                   /* answer bytes of any kind */
-    double started, deadline, connect_deadline;
+    double started, deadline, connect_deadline, connect_ms;
     lua_Integer timer;
     char *url;
 };
@@ -153,9 +155,14 @@ static int parse_url(const char *url, struct h1_target *t)
     const char *path = auth + strcspn(auth, "/?#");
     if (*path == '#' || memchr(auth, '@', (size_t)(path - auth)))
         return 0;
-    for (const char *p = path; *p; p++)
+    for (const char *p = path; *p; p++) {
         if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f || *p == '#')
             return 0;
+        /* a "." or ".." segment, which curl removes (RFC 3986 5.2.4) */
+        if (*p == '/' && p[1] == '.' && (p[2] == '/' || p[2] == '?' || p[2] == '\0' ||
+                                         (p[2] == '.' && (p[3] == '/' || p[3] == '?' || p[3] == '\0'))))
+            return 0;
+    }
     const char *after;
     memset(&t->addr, 0, sizeof t->addr);
     if (!parse_host(auth, path, t, &after))
@@ -207,30 +214,53 @@ static int is_token(const char *s, size_t n)
 /* Whether the header name line[0..n) is the literal name (any case). */
 #define NAMED(line, n, name) ((n) == sizeof name - 1 && strncasecmp(line, name, n) == 0)
 
-/* Header lines curl would send as they are: "Name: value", "Name:" (drop a default) or "Name;"
- * (send it empty). Lines that set the framing or the connection, and an Expect with a value,
- * change what curl does on the wire: those requests go to curl. */
-static int headers_served(const struct curl_slist *h)
+/* curl's ISSPACE: what counts as blank in a header value. */
+static int blank(const char *v)
 {
+    return v[strspn(v, " \t\n\v\f\r")] == '\0';
+}
+
+/* How curl sends a header line (lib/http.c, Curl_add_custom_headers): with a colon, "Name: value"
+ * as it is, unless the value is blank (then not at all: it drops a default header of that
+ * name); without one, "Name;" alone is sent as "Name:" (empty), any other line not at all.
+ * The name: where the colon (or the final semicolon) is; 0 for a line h1 does not serve. */
+static size_t header_name(const char *line)
+{
+    const char *colon = strchr(line, ':');
+    if (colon)
+        return (size_t)(colon - line);
+    size_t n = strlen(line);
+    return n > 1 && line[n - 1] == ';' ? n - 1 : 0;
+}
+
+/* Header lines h1 sends as curl would. Lines that set the framing, the connection or the
+ * encoding of the answer, an Expect with a value, and lines curl would not send or would
+ * rewrite leave the request to curl. */
+static int headers_served(const struct curl_slist *h, size_t body_len)
+{
+    int expect = 0;
     for (; h; h = h->next) {
         const char *d = h->data;
-        size_t n = strcspn(d, ":;");
-        if (d[n] == '\0' || !is_token(d, n) || NAMED(d, n, "host") ||
-            NAMED(d, n, "content-length") || NAMED(d, n, "transfer-encoding") ||
-            NAMED(d, n, "connection") || NAMED(d, n, "upgrade") || NAMED(d, n, "te") ||
-            NAMED(d, n, "trailer") || NAMED(d, n, "keep-alive") ||
-            NAMED(d, n, "proxy-connection") ||
-            (NAMED(d, n, "expect") && d[n + 1 + strspn(d + n + 1, " \t")]))
+        size_t n = header_name(d);
+        if (!is_token(d, n) || NAMED(d, n, "host") || NAMED(d, n, "content-length") ||
+            NAMED(d, n, "transfer-encoding") || NAMED(d, n, "connection") ||
+            NAMED(d, n, "upgrade") || NAMED(d, n, "te") || NAMED(d, n, "trailer") ||
+            NAMED(d, n, "keep-alive") || NAMED(d, n, "proxy-connection") ||
+            NAMED(d, n, "accept-encoding") ||   /* curl decodes what it asks for; h1 asks none */
+            (NAMED(d, n, "expect") && !blank(d + n + 1)))
             return 0;
+        expect |= NAMED(d, n, "expect");
     }
-    return 1;
+    /* curl sends "Expect: 100-continue" with a body over 1 MB and waits for the 100 */
+    return expect || body_len <= 1024 * 1024;
 }
 
 int h1_serves(const struct http_req *req, struct h1_target *t)
 {
     if (req->method && !is_token(req->method, strlen(req->method)))
         return 0;
-    return !curl_wanted() && parse_url(req->url, t) && headers_served(req->headers);
+    return !curl_wanted() && parse_url(req->url, t) &&
+           headers_served(req->headers, req->body ? req->body_len : 0);
 }
 
 /* ---- the request ---- */
@@ -242,13 +272,28 @@ static int add_str(struct buf *b, const char *s)
 
 /* The head curl would send: its default headers unless a line names them, the caller's lines,
  * and for a body its length and curl's default type for posted fields. */
+/* The method curl sends (http.c maps these onto its own requests, which it names itself). */
+static const char *method_of(const struct http_req *req)
+{
+    const char *m = req->method;
+    if (m == NULL)
+        return req->body ? "POST" : "GET";
+    if (strcasecmp(m, "HEAD") == 0)
+        return "HEAD";
+    if (strcasecmp(m, "GET") == 0 && req->body == NULL)
+        return "GET";
+    if (strcasecmp(m, "POST") == 0 && req->body)
+        return "POST";
+    return m;
+}
+
 static int build_head(struct buf *b, const struct http_req *req, const struct h1_target *t)
 {
-    const char *method = req->method ? req->method : req->body ? "POST" : "GET";
+    const char *method = method_of(req);
     int agent = 1, accept = 1, type = req->body != NULL, err = 0;
     const struct curl_slist *h;
     for (h = req->headers; h; h = h->next) {
-        size_t n = strcspn(h->data, ":;");
+        size_t n = header_name(h->data);
         agent &= !NAMED(h->data, n, "user-agent");
         accept &= !NAMED(h->data, n, "accept");
         type &= !NAMED(h->data, n, "content-type");
@@ -266,12 +311,11 @@ static int build_head(struct buf *b, const struct http_req *req, const struct h1
     if (accept)
         err |= add_str(b, "Accept: */*\r\n");
     for (h = req->headers; h; h = h->next) {
-        size_t n = strcspn(h->data, ":;");
-        const char *v = h->data + n + 1;
+        size_t n = header_name(h->data);
         if (h->data[n] == ';') {   /* "Name;": the header with no value */
             err |= buf_add(b, h->data, n);
             err |= buf_add(b, ":\r\n", 3);
-        } else if (v[strspn(v, " \t")] != '\0') {   /* "Name:" alone is not sent at all */
+        } else if (!blank(h->data + n + 1)) {   /* "Name:" alone is not sent at all */
             err |= add_str(b, h->data);
             err |= buf_add(b, "\r\n", 2);
         }
@@ -343,6 +387,13 @@ static int pool_take(struct h1_pool *pool, const struct h1_target *t)
             continue;
         }
         if (c->addrlen == t->addrlen && memcmp(&c->addr, &t->addr, t->addrlen) == 0) {
+            /* What came while the loop was not looking (a late 408, a stray answer) is not
+             * this request's answer: such a connection is dropped, as curl 8 drops it. */
+            struct pollfd pending = {.fd = c->fd, .events = POLLIN};
+            if (poll(&pending, 1, 0) != 0) {
+                drop_idle(pool, c);
+                continue;
+            }
             int fd = c->fd;
             unlink_idle(pool, c);
             free(c);
@@ -495,13 +546,28 @@ static int retry_stale(struct h1_exchange *x)
     close_fd(x);
     x->reused = 0;
     x->sent = 0;
+    x->connect_deadline = loop_now_ms() + x->connect_ms;   /* the new connection's own time */
     open_connection(x);
     return 1;
 }
 
-/* Writes what is left of the request while the socket takes it. */
+/* No more request bytes go out: the connection is watched for the answer alone. */
+static void stop_sending(struct h1_exchange *x)
+{
+    x->sending = 0;
+    if (x->phase < HEAD)
+        x->phase = HEAD;
+    if (watch(x, POLLIN) != 0)
+        fail(x, CURLE_OUT_OF_MEMORY, "cannot watch the connection");
+}
+
+/* Writes what is left of the request while the socket takes it. The answer may start before
+ * the upload ends (a server that answers first and reads after): the reading phases go on
+ * meanwhile, and sending stops only when all is sent or a final status of 300 or more says the
+ * rest is not wanted (as curl stops). */
 static void send_more(struct h1_exchange *x)
 {
+    x->sending = 1;
     while (x->sent < x->out.len + x->body_len) {
         struct iovec iov[2];
         int n = 0;
@@ -515,7 +581,8 @@ static void send_more(struct h1_exchange *x)
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            x->phase = SENDING;
+            if (x->phase < HEAD)
+                x->phase = SENDING;
             if (watch(x, POLLIN | POLLOUT) != 0)
                 fail(x, CURLE_OUT_OF_MEMORY, "cannot watch the connection");
             return;
@@ -528,9 +595,7 @@ static void send_more(struct h1_exchange *x)
         }
         x->sent += (size_t)w;
     }
-    x->phase = HEAD;
-    if (watch(x, POLLIN) != 0)
-        fail(x, CURLE_OUT_OF_MEMORY, "cannot watch the connection");
+    stop_sending(x);
 }
 
 static void connect_failed(struct h1_exchange *x, int e)
@@ -585,6 +650,17 @@ static const char *header_value(const char *p, const char *end, const char *name
     return NULL;
 }
 
+/* The value of the last field line called name, or NULL. */
+static const char *last_header_value(const char *p, const char *end, const char *name,
+                                     size_t *len)
+{
+    const char *last = NULL;
+    size_t n;
+    for (const char *v; (v = header_value(p, end, name, &n)) != NULL; p = v + n)
+        last = v, *len = n;
+    return last;
+}
+
 /* Whether the comma-separated list [v, v + n) holds token. */
 static int has_token(const char *v, size_t n, const char *token)
 {
@@ -602,6 +678,16 @@ static int has_token(const char *v, size_t n, const char *token)
             return 1;
         p = q;
     }
+    return 0;
+}
+
+/* Whether any field line called name lists token. */
+static int field_has_token(const char *p, const char *end, const char *name, const char *token)
+{
+    size_t n;
+    for (const char *v; (v = header_value(p, end, name, &n)) != NULL; p = v + n)
+        if (has_token(v, n, token))
+            return 1;
     return 0;
 }
 
@@ -647,32 +733,34 @@ static int status_line_ok(const char *p, const char *eol)
 static int take_head(struct h1_exchange *x, const char *p, const char *end)
 {
     struct http_call *c = x->call;
-    const char *eol = memchr(p, '\n', (size_t)(end - p));
-    if (!status_line_ok(p, eol))
-        return fail(x, CURLE_WEIRD_SERVER_REPLY, "Unsupported HTTP version or malformed "
-                                                 "status line in the answer"), 0;
-    long status = (p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0');
+    const char *eol = memchr(p, '\n', (size_t)(end - p));   /* checked by feed_head */
+    long status = c->status;   /* read with the status line (feed_head) */
     if (status == 101)
         return fail(x, CURLE_WEIRD_SERVER_REPLY, "The server switched protocols unasked"), 0;
     if (status < 200)
         return 1;
     const char *fields = eol + 1;
-    c->status = status;
     buf_clear(&c->headers);
     if (buf_add(&c->headers, fields, (size_t)(end - fields)) != 0)
         return fail(x, CURLE_OUT_OF_MEMORY, "out of memory"), 0;
+    int http10 = p[7] == '0';
+    x->keep_alive = http10 ? field_has_token(fields, end, "connection", "keep-alive")
+                           : !field_has_token(fields, end, "connection", "close");
+    if (x->sending && status >= 300)   /* the rest of the upload is not wanted */
+        stop_sending(x);
     size_t n, cl_n;
-    const char *conn = header_value(fields, end, "connection", &n);
-    x->keep_alive = p[7] == '1' ? !(conn && has_token(conn, n, "close"))
-                                : conn && has_token(conn, n, "keep-alive");
+    const char *coding = header_value(fields, end, "content-encoding", &n);
+    if (coding && !(n == 8 && strncasecmp(coding, "identity", 8) == 0))
+        return fail(x, CURLE_BAD_CONTENT_ENCODING, "The answer is %.*s-encoded, which was not "
+                    "asked for", (int)(n < 40 ? n : 40), coding), 0;
     if (x->head_only || status == 204 || status == 304) {
         x->phase = ANSWERED;
         return 0;
     }
-    const char *te = header_value(fields, end, "transfer-encoding", &n);
+    const char *te = last_header_value(fields, end, "transfer-encoding", &n);
     if (te) {   /* it overrides any Content-Length, and a server that sends both must close */
         int chunked = last_coding_is_chunked(te, n);
-        x->keep_alive &= chunked && !header_value(fields, end, "content-length", &cl_n);
+        x->keep_alive &= chunked && !http10 && !header_value(fields, end, "content-length", &cl_n);
         x->phase = chunked ? CHUNK_SIZE : BODY_TO_CLOSE;
         return 0;
     }
@@ -686,8 +774,8 @@ static int take_head(struct h1_exchange *x, const char *p, const char *end)
     }
     x->left = (uint64_t)len;
     x->phase = len == 0 ? ANSWERED : BODY_LENGTH;
-    if (c->on_chunk == NULL && len > 0)   /* one allocation for the whole body */
-        buf_room(&c->body, len < (16 << 20) ? (size_t)len : (size_t)16 << 20);
+    if (c->on_chunk == NULL && len > 0)   /* one allocation for a body up to 1 MB */
+        buf_room(&c->body, len < (1 << 20) ? (size_t)len : (size_t)1 << 20);
     return 0;
 }
 
@@ -712,6 +800,17 @@ static void feed_head(struct h1_exchange *x, const char *p, size_t n)
     if (buf_add(&x->head, p, n) != 0)
         return fail(x, CURLE_OUT_OF_MEMORY, "out of memory");
     const char *h = x->head.data, *end = h + x->head.len, *stop = NULL;
+    if (!x->status_seen) {   /* as curl, which tells the status from the status line on: the
+                              * retry policy counts an answer begun from then */
+        const char *eol = memchr(h, '\n', x->head.len);
+        if (eol && !status_line_ok(h, eol))
+            return fail(x, CURLE_WEIRD_SERVER_REPLY, "Unsupported HTTP version or malformed "
+                                                     "status line in the answer");
+        if (eol) {
+            x->call->status = (h[9] - '0') * 100 + (h[10] - '0') * 10 + (h[11] - '0');
+            x->status_seen = 1;
+        }
+    }
     for (const char *q = h + from; q < end && (q = memchr(q, '\n', (size_t)(end - q))); q++)
         if ((q + 1 < end && q[1] == '\n') || (q + 2 < end && q[1] == '\r' && q[2] == '\n')) {
             stop = q + (q[1] == '\n' ? 2 : 3);
@@ -727,6 +826,7 @@ static void feed_head(struct h1_exchange *x, const char *p, size_t n)
     if (over(x) || !interim)
         return feed(x, h + head_len, rest);   /* the head stays put while the body is fed */
     buf_consume(&x->head, head_len);          /* the final answer follows: read it anew */
+    x->status_seen = 0;
     char *again = malloc(rest ? rest : 1);
     if (again == NULL)
         return fail(x, CURLE_OUT_OF_MEMORY, "out of memory");
@@ -786,6 +886,9 @@ static void chunk_line(struct h1_exchange *x, size_t len)
         x->phase = CHUNK_SIZE;
     else if (len == 0)   /* the empty line after the trailers */
         x->phase = ANSWERED;
+    else if (buf_add(&x->call->headers, x->line.data, len) != 0 ||   /* curl adds them too */
+             buf_add(&x->call->headers, "\r\n", 2) != 0)
+        fail(x, CURLE_OUT_OF_MEMORY, "out of memory");
     buf_clear(&x->line);
 }
 
@@ -875,9 +978,10 @@ static void on_ready(void *ud, int fd, short revents)
         else if (revents & (POLLOUT | POLLERR | POLLHUP))
             send_more(x);
     } else {
-        if (x->phase == SENDING && (revents & POLLOUT))
+        if (x->sending && (revents & POLLOUT))
             send_more(x);
-        if (!over(x) && (revents & (POLLIN | POLLERR | POLLHUP)))
+        /* revents were the old socket's if send_more replaced a stale one */
+        if (!over(x) && x->fd == fd && (revents & (POLLIN | POLLERR | POLLHUP)))
             receive(x);
     }
     if (x->finished)
@@ -903,12 +1007,15 @@ struct h1_exchange *h1_start(loop *lp, const struct http_req *req, const struct 
         return NULL;
     }
     memcpy(x->url, req->url, url_len + 1);
-    if (t->path_len == 0)   /* curl reports a bare host with its "/" */
-        memcpy(x->url + url_len, "/", 2);
+    if (t->path_len == 0 || t->path[0] == '?') {   /* curl reports a bare host with its "/" */
+        size_t at = (size_t)(t->path - req->url);
+        memmove(x->url + at + 1, x->url + at, url_len - at + 1);
+        x->url[at] = '/';
+    }
     x->deadline = req->timeout_ms > 0 ? x->started + (double)req->timeout_ms : HUGE_VAL;
-    x->connect_deadline = x->started + (req->connect_timeout_ms > 0
-                                            ? (double)req->connect_timeout_ms
-                                            : CONNECT_TIMEOUT_MS);
+    x->connect_ms = req->connect_timeout_ms > 0 ? (double)req->connect_timeout_ms
+                                                : CONNECT_TIMEOUT_MS;
+    x->connect_deadline = x->started + x->connect_ms;
     c->running = 1;
     x->fd = pool_take(x->pool, t);
     x->events = POLLIN;   /* as idle connections are watched */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include "h1.h"
 #include "host.h"
 #include "http.h"
+#include "request.h"
 
 static lua_State *L;
 static pid_t server = -1;
@@ -429,8 +431,10 @@ START_TEST(an_answer_before_the_upload_ends_ends_the_call)
 {
     serve(refuse_upload);
     char *body = calloc(1, BIG);
-    struct http_call *c = ask("POST", "/up", body, BIG, NULL, 0);
+    struct curl_slist *h = curl_slist_append(NULL, "Expect:");   /* as every binding sends */
+    struct http_call *c = ask("POST", "/up", body, BIG, h, 0);
     wait_call(c);
+    curl_slist_free_all(h);
     ck_assert_int_eq(c->result, CURLE_OK);
     ck_assert_int_eq(c->status, 413);
     ck_assert_str_eq(c->body.data, "big!");
@@ -465,8 +469,10 @@ START_TEST(twenty_megabytes_go_up_and_come_down_exactly)
         body[i] = (char)(i * 7);
         sum = sum * 31 + (unsigned char)body[i];
     }
-    struct http_call *c = ask("PUT", "/big", body, BIG, NULL, 0);
+    struct curl_slist *h = curl_slist_append(NULL, "Expect:");
+    struct http_call *c = ask("PUT", "/big", body, BIG, h, 0);
     wait_call(c);
+    curl_slist_free_all(h);
     ck_assert_int_eq(c->result, CURLE_OK);
     char got[64], want[64];
     snprintf(want, sizeof want, "%u %u", BIG, sum);
@@ -589,12 +595,345 @@ START_TEST(rlm_http_client_curl_leaves_every_request_to_curl)
 }
 END_TEST
 
+/* ---- from an attacker's review: each failed on the first h1, and passes through curl ---- */
+
+static double cpu_seconds(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec +
+           u.ru_stime.tv_usec / 1e6;
+}
+
+static int cut_in_the_head(int fd, int conn, int nreq, const char *head, size_t len)
+{
+    drain(fd, len, NULL);
+    says(fd, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n");
+    return 0;
+}
+
+/* The status line came: the server ran the POST, which must not be sent again. */
+START_TEST(a_post_cut_in_the_answers_head_is_not_sent_again)
+{
+    serve(cut_in_the_head);
+    for (int by_name = 1; by_name >= 0; by_name--) {
+        char url[128];
+        snprintf(url, sizeof url, "http://%s:%d/v1/create", by_name ? "localhost" : "127.0.0.1",
+                 port);
+        struct request_spec spec = {
+            .http = {.method = "POST", .url = url, .body = "x", .body_len = 1},
+            .max_attempts = 3, .backoff_base_ms = 10, .backoff_cap_ms = 50,
+            .deadline_ms = loop_now_ms() + 5000,
+        };
+        struct request *r = request_start(loop_get(L), &spec);
+        for (int i = 0; i < 200 && !r->finished; i++)
+            run_lua(L, "require('rlm.core.loop').poll(0.05)");
+        ck_assert(r->finished);
+        ck_assert_msg(r->attempts == 1, "%s: a POST went %d times (result %d, status %ld)",
+                      by_name ? "curl" : "h1", r->attempts, r->call->result, r->call->status);
+        request_free(r);
+    }
+}
+END_TEST
+
+static const char gz_hello[] = {   /* printf hello | gzip -n */
+    0x1f, (char)0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, (char)0xcb, 0x48,
+    (char)0xcd, (char)0xc9, (char)0xc9, 0x07, 0x00, (char)0x86, (char)0xa6, 0x10, 0x36, 0x05,
+    0x00, 0x00, 0x00};
+
+static int answer_gzipped_unasked(int fd, int conn, int nreq, const char *head, size_t len)
+{
+    char out[160];
+    drain(fd, len, NULL);
+    snprintf(out, sizeof out, "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n"
+                              "Content-Length: %zu\r\n\r\n", sizeof gz_hello);
+    says(fd, out);
+    say(fd, gz_hello, sizeof gz_hello);
+    return 0;
+}
+
+/* h1 asks for no encoding and decodes none: a compressed answer is a failure, never its
+ * compressed bytes taken for the body; asking for one leaves the request to curl. */
+START_TEST(compressed_bytes_are_never_taken_for_the_body)
+{
+    serve(answer_gzipped_unasked);
+    struct http_call *c = ask(NULL, "/", NULL, 0, NULL, 0);
+    wait_call(c);
+    ck_assert_int_eq(c->result, CURLE_BAD_CONTENT_ENCODING);
+    ck_assert_str_eq(http_failure_kind(c->result), "transfer");
+    http_free(c);
+    struct curl_slist *h = curl_slist_append(NULL, "Accept-Encoding: gzip");
+    struct h1_target t;
+    struct http_req req = {.url = "http://127.0.0.1:1/", .headers = h};
+    ck_assert(!h1_serves(&req, &t));
+    curl_slist_free_all(h);
+}
+END_TEST
+
+static int head_then_read_upload(int fd, int conn, int nreq, const char *head, size_t len)
+{
+    says(fd, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n");
+    drain(fd, len, NULL);
+    says(fd, "done");
+    return 0;
+}
+
+START_TEST(a_head_before_the_upload_ends_does_not_stop_the_upload)
+{
+    serve(head_then_read_upload);
+    char *body = calloc(1, BIG);
+    struct curl_slist *h = curl_slist_append(NULL, "Expect:");
+    for (int by_name = 1; by_name >= 0; by_name--) {
+        double cpu = cpu_seconds();
+        struct http_call *c = ask("POST", "/up", body, BIG, h, by_name);
+        double until = loop_now_ms() + 15000;
+        long polls = 0;
+        for (; c->running && loop_now_ms() < until; polls++)
+            run_lua(L, "require('rlm.core.loop').poll(0.05)");
+        ck_assert_msg(!c->running, "%s still running", by_name ? "curl" : "h1");
+        cpu = cpu_seconds() - cpu;
+        ck_assert_msg(c->result == CURLE_OK, "%s: result %d (%s) after %.1f s, %.1f s of CPU, "
+                      "%ld polls", by_name ? "curl" : "h1", c->result, http_failure_message(c),
+                      c->seconds, cpu, polls);
+        ck_assert_str_eq(c->body.data, "done");
+        ck_assert_msg(polls < 20000, "%s spun: %ld polls", by_name ? "curl" : "h1", polls);
+        http_free(c);
+    }
+    curl_slist_free_all(h);
+    free(body);
+}
+END_TEST
+
+static int time_out_the_idle_connection(int fd, int conn, int nreq, const char *head,
+                                        size_t len)
+{
+    answer_with_counts(fd, conn, nreq, head, len);
+    if (conn % 2 == 0) {
+        usleep(100000);
+        says(fd, "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        usleep(200000);
+        return 0;
+    }
+    return 1;
+}
+
+START_TEST(what_an_idle_connection_said_does_not_answer_the_next_request)
+{
+    serve(time_out_the_idle_connection);
+    struct http_call *c = ask_and_wait("/a");
+    ck_assert_int_eq(c->status, 200);
+    http_free(c);
+    usleep(150000);   /* the host is busy elsewhere (Lua) and does not poll meanwhile */
+    c = ask_and_wait("/b");
+    ck_assert_msg(c->result == CURLE_OK && c->status == 200,
+                  "the second request got status %ld result %d body '%s'", c->status,
+                  c->result, c->body.data ? c->body.data : "");
+    http_free(c);
+}
+END_TEST
+
+static int smuggle_later(int fd, int conn, int nreq, const char *head, size_t len)
+{
+    if (conn > 0 || nreq > 0)
+        return answer_with_counts(fd, conn, nreq, head, len);
+    says(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    usleep(50000);
+    says(fd, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil");
+    return 1;
+}
+
+START_TEST(bytes_that_came_while_idle_do_not_answer_the_next_request)
+{
+    serve(smuggle_later);
+    struct http_call *c = ask_and_wait("/a");
+    ck_assert_str_eq(c->body.data, "ok");
+    http_free(c);
+    usleep(150000);   /* no loop poll meanwhile */
+    c = ask_and_wait("/b");
+    ck_assert_msg(strncmp(c->body.data ? c->body.data : "", "conn=", 5) == 0,
+                  "/b was answered with '%s'", c->body.data ? c->body.data : "");
+    http_free(c);
+}
+END_TEST
+
+static int echo_head_once(int fd, int conn, int nreq, const char *head, size_t body_len)
+{
+    echo_head(fd, conn, nreq, head, body_len);
+    return 0;
+}
+
+/* The head a client sent, its Host value replaced by HOST and curl's Accept-Encoding line (h1
+ * asks for no encoding) dropped. */
+static void head_of(const char *method, const char *path, const char *body, size_t body_len,
+                    struct curl_slist *h, int by_name, char *out, size_t size)
+{
+    struct http_call *c = ask(method, path, body, body_len, h, by_name);
+    wait_call(c);
+    ck_assert_int_eq(c->result, CURLE_OK);
+    char host[64];
+    snprintf(host, sizeof host, "%s:%d", by_name ? "localhost" : "127.0.0.1", port);
+    const char *at = strstr(c->body.data, host);
+    ck_assert_ptr_nonnull(at);
+    snprintf(out, size, "%.*sHOST%s", (int)(at - c->body.data), c->body.data, at + strlen(host));
+    char *ae = strstr(out, "Accept-Encoding: ");
+    if (ae)
+        memmove(ae, strstr(ae, "\r\n") + 2, strlen(strstr(ae, "\r\n") + 2) + 1);
+    http_free(c);
+}
+
+static void same_head(const char *method, const char *path, const char *body, size_t body_len,
+                      const char *line)
+{
+    struct curl_slist *h = line ? curl_slist_append(NULL, line) : NULL;
+    char ours[2048], curls[2048];
+    head_of(method, path, body, body_len, h, 0, ours, sizeof ours);
+    head_of(method, path, body, body_len, h, 1, curls, sizeof curls);
+    ck_assert_msg(strcmp(ours, curls) == 0, "h1 sent\n%s\ncurl sent\n%s", ours, curls);
+    curl_slist_free_all(h);
+}
+
+START_TEST(every_request_head_is_curls)
+{
+    serve(echo_head_once);
+    same_head(NULL, "/v1/models", NULL, 0, NULL);
+    same_head("get", "/", NULL, 0, NULL);
+    same_head("post", "/", "x", 1, NULL);
+    same_head("post", "/", NULL, 0, NULL);
+    same_head("put", "/", "x", 1, NULL);
+    same_head(NULL, "/", NULL, 0, "X-Trace;");
+    same_head(NULL, "/", NULL, 0, "X-Trace: \t");
+    same_head(NULL, "/", NULL, 0, "X-Trace:a");
+    same_head(NULL, "?q=1", NULL, 0, NULL);
+    same_head("POST", "/", "x", 1, "Content-Type:");
+}
+END_TEST
+
+/* What h1 would send otherwise than curl goes to curl. */
+START_TEST(requests_h1_would_send_otherwise_are_curls)
+{
+    static const char *const lines[] = {"X-Trace;abc", "X-B;  ", "X;a: b", "Accept-Encoding: br"};
+    struct h1_target t;
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+        struct curl_slist *h = curl_slist_append(NULL, lines[i]);
+        struct http_req req = {.url = "http://127.0.0.1:1/", .headers = h};
+        ck_assert_msg(!h1_serves(&req, &t), "'%s' was served", lines[i]);
+        curl_slist_free_all(h);
+    }
+    static const char *const urls[] = {"http://127.0.0.1:1/v1/../admin", "http://127.0.0.1:1/a/./b",
+                                       "http://127.0.0.1:1/a/b/..", "http://127.0.0.1:1/.",
+                                       "http://127.0.0.1:1/..?x"};
+    for (size_t i = 0; i < sizeof urls / sizeof urls[0]; i++) {
+        struct http_req req = {.url = urls[i]};
+        ck_assert_msg(!h1_serves(&req, &t), "%s was served", urls[i]);
+    }
+    struct http_req big = {.url = "http://127.0.0.1:1/", .method = "POST", .body = "",
+                           .body_len = 2 << 20};   /* curl would send Expect: 100-continue */
+    ck_assert(!h1_serves(&big, &t));
+    struct curl_slist *h = curl_slist_append(NULL, "Expect:");
+    big.headers = h;
+    ck_assert(h1_serves(&big, &t));
+    curl_slist_free_all(h);
+}
+END_TEST
+
+static int close_the_second_request_late(int fd, int conn, int nreq, const char *head,
+                                         size_t len)
+{
+    if (conn == 0 && nreq == 1) {
+        sleep(1);
+        return 0;
+    }
+    return answer_with_counts(fd, conn, nreq, head, len);
+}
+
+START_TEST(a_stale_connection_found_late_is_still_replaced)
+{
+    serve(close_the_second_request_late);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
+    struct http_req req = {.url = url, .timeout_ms = 5000, .connect_timeout_ms = 500};
+    struct http_call *c = http_start(loop_get(L), &req, NULL, NULL, NULL);
+    wait_call(c);
+    ck_assert_int_eq(c->result, CURLE_OK);
+    http_free(c);
+    c = http_start(loop_get(L), &req, NULL, NULL, NULL);
+    wait_call(c);
+    ck_assert_msg(c->result == CURLE_OK, "%d %s", c->result, http_failure_message(c));
+    http_free(c);
+}
+END_TEST
+
+static int answer_with_a_trailer(int fd, int conn, int nreq, const char *head, size_t len)
+{
+    says(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n"
+             "Retry-After: 7\r\n\r\n");
+    return 0;
+}
+
+START_TEST(trailers_are_read_as_curl_reads_them)
+{
+    serve(answer_with_a_trailer);
+    char v[2][16] = {"", ""};
+    for (int by_name = 1; by_name >= 0; by_name--) {
+        struct http_call *c = ask(NULL, "/", NULL, 0, NULL, by_name);
+        wait_call(c);
+        ck_assert_int_eq(c->result, CURLE_OK);
+        http_header(c, "retry-after", v[by_name], sizeof v[by_name]);
+        http_free(c);
+    }
+    ck_assert_str_eq(v[0], "7");
+    ck_assert_str_eq(v[0], v[1]);
+}
+END_TEST
+
+static int http10_chunked_keep_alive(int fd, int conn, int nreq, const char *head, size_t len)
+{
+    if (nreq > 0)
+        return answer_with_counts(fd, conn, nreq, head, len);
+    says(fd, "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
+             "2\r\nok\r\n0\r\n\r\n");
+    return 1;
+}
+
+START_TEST(an_http10_answer_with_transfer_encoding_closes_the_connection)
+{
+    serve(http10_chunked_keep_alive);
+    struct http_call *c = ask_and_wait("/a");
+    ck_assert_int_eq(c->result, CURLE_OK);
+    http_free(c);
+    c = ask_and_wait("/b");
+    ck_assert_msg(c->new_connections == 1, "/b rode the same connection: '%s'",
+                  c->body.data ? c->body.data : "");
+    http_free(c);
+}
+END_TEST
+
+static int close_in_a_second_field_line(int fd, int conn, int nreq, const char *head, size_t len)
+{
+    if (nreq > 0)
+        return answer_with_counts(fd, conn, nreq, head, len);
+    says(fd, "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nConnection: close\r\n"
+             "Content-Length: 2\r\n\r\nok");
+    return 1;
+}
+
+START_TEST(a_close_in_any_connection_line_closes)
+{
+    serve(close_in_a_second_field_line);
+    struct http_call *c = ask_and_wait("/a");
+    http_free(c);
+    c = ask_and_wait("/b");
+    ck_assert_int_eq(c->new_connections, 1);
+    http_free(c);
+}
+END_TEST
+
 Suite *make_h1_suite(void)
 {
     Suite *s = suite_create("h1");
     TCase *tc = tcase_create("exchanges");
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 30);
+    tcase_set_timeout(tc, 60);
     tcase_add_test(tc, a_second_request_rides_the_first_connection);
     tcase_add_test(tc, the_request_head_is_the_one_curl_sends);
     tcase_add_test(tc, every_answer_reads_as_curl_reads_it);
@@ -610,6 +949,17 @@ Suite *make_h1_suite(void)
     tcase_add_test(tc, only_what_curl_would_do_the_same_is_served);
     tcase_add_test(tc, a_proxy_in_the_environment_leaves_every_request_to_curl);
     tcase_add_test(tc, rlm_http_client_curl_leaves_every_request_to_curl);
+    tcase_add_test(tc, a_post_cut_in_the_answers_head_is_not_sent_again);
+    tcase_add_test(tc, compressed_bytes_are_never_taken_for_the_body);
+    tcase_add_test(tc, a_head_before_the_upload_ends_does_not_stop_the_upload);
+    tcase_add_test(tc, what_an_idle_connection_said_does_not_answer_the_next_request);
+    tcase_add_test(tc, bytes_that_came_while_idle_do_not_answer_the_next_request);
+    tcase_add_test(tc, every_request_head_is_curls);
+    tcase_add_test(tc, requests_h1_would_send_otherwise_are_curls);
+    tcase_add_test(tc, a_stale_connection_found_late_is_still_replaced);
+    tcase_add_test(tc, trailers_are_read_as_curl_reads_them);
+    tcase_add_test(tc, an_http10_answer_with_transfer_encoding_closes_the_connection);
+    tcase_add_test(tc, a_close_in_any_connection_line_closes);
     suite_add_tcase(s, tc);
     return s;
 }
