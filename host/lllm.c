@@ -2,9 +2,9 @@
  * messages), on the shared curl layer (http.h) and the event loop. Which provider, URL and key
  * a model string means is policy, decided in lua/rlm/llm.lua.
  *
- *   start{wire = "openai"|"anthropic", url=, key=, model=, messages=, system=, temperature=,
- *         max_tokens=, max_tokens_field=, stop=, stream=, extra=, headers=, timeout=, retries=,
- *         backoff=, name=} -> call
+ *   start{wire = "openai"|"anthropic", url=, key=, model=, messages= (or prompt=, one user
+ *         message), system=, temperature=, max_tokens=, max_tokens_field=, stop=, stream=,
+ *         extra=, headers=, timeout=, retries=, backoff=, name=} -> call
  *   call:id()           op id, ready when the call has finished and whenever new stream events
  *                       arrive
  *   call:done()         true once finished (after any retries)
@@ -54,8 +54,9 @@ struct wire {
     const char *name;
     const char *auth_prefix;        /* the header line the key follows */
     const char *version_header;     /* NULL: none */
-    /* Writes messages (and the system prompt, and max_tokens and stop) into the body. */
-    void (*build)(struct body *b, struct call *k, int req, int msgs);
+    /* Writes messages (and the system prompt, and max_tokens and stop) into the body: from
+     * the list at msgs, or when msgs is 0 from the one user prompt at prompt. */
+    void (*build)(struct body *b, struct call *k, int req, int msgs, int prompt);
     int (*ends_stream)(const char *event, const char *data, size_t len);
     /* Read one stream event, or a whole response body; 0 when it is not valid JSON. */
     int (*event)(struct call *k, const char *data, size_t len, char *err, size_t errlen);
@@ -280,8 +281,16 @@ static int is_role(lua_State *L, int msg, const char *role)
     return yes;
 }
 
+/* The one user message of a request given as a prompt. */
+static void prompt_message(struct body *b, int prompt)
+{
+    body_add(b, "{\"role\":\"user\",\"content\":", 25);
+    body_value(b, prompt);
+    body_add(b, "}", 1);
+}
+
 /* OpenAI: the system prompt is the first message. Written as it goes: no list is made. */
-static void openai_messages(struct body *b, int req, int msgs)
+static void openai_messages(struct body *b, int req, int msgs, int prompt)
 {
     lua_State *L = b->L;
     if (!body_key(b, "messages"))
@@ -295,7 +304,12 @@ static void openai_messages(struct body *b, int req, int msgs)
         first = 0;
     }
     lua_pop(L, 1);
-    lua_Integer count = luaL_len(L, msgs);
+    if (!msgs) {
+        if (!first)
+            body_add(b, ",", 1);
+        prompt_message(b, prompt);
+    }
+    lua_Integer count = msgs ? luaL_len(L, msgs) : 0;
     for (lua_Integer i = 1; i <= count; i++, first = 0) {
         lua_geti(L, msgs, i);
         if (!first)
@@ -307,9 +321,21 @@ static void openai_messages(struct body *b, int req, int msgs)
 }
 
 /* Anthropic: system prompts go to the top-level "system" field, joined with blank lines. */
-static void anthropic_messages(struct body *b, int req, int msgs)
+static void anthropic_messages(struct body *b, int req, int msgs, int prompt)
 {
     lua_State *L = b->L;
+    if (!msgs) {   /* one prompt: the system field as given, and one user message */
+        if (lua_getfield(L, req, "system") != LUA_TNIL)
+            put_member(b, "system");
+        else
+            lua_pop(L, 1);
+        if (body_key(b, "messages")) {
+            body_add(b, "[", 1);
+            prompt_message(b, prompt);
+            body_add(b, "]", 1);
+        }
+        return;
+    }
     new_json(L, 1);
     int out = lua_gettop(L);
     luaL_Buffer sb;
@@ -366,10 +392,10 @@ static lua_Integer max_tokens_of(lua_State *L, int req)
     return max_tokens;
 }
 
-static void openai_build(struct body *b, struct call *k, int req, int msgs)
+static void openai_build(struct body *b, struct call *k, int req, int msgs, int prompt)
 {
     lua_State *L = b->L;
-    openai_messages(b, req, msgs);
+    openai_messages(b, req, msgs, prompt);
     put_stop(b, req, "stop");
     /* OpenAI's newer models take only max_completion_tokens; most servers max_tokens. */
     const char *field = field_string(L, req, "max_tokens_field", "max_tokens", NULL);
@@ -383,10 +409,10 @@ static void openai_build(struct body *b, struct call *k, int req, int msgs)
         body_add(b, "{\"include_usage\":true}", 22);
 }
 
-static void anthropic_build(struct body *b, struct call *k, int req, int msgs)
+static void anthropic_build(struct body *b, struct call *k, int req, int msgs, int prompt)
 {
     lua_State *L = b->L;
-    anthropic_messages(b, req, msgs);
+    anthropic_messages(b, req, msgs, prompt);
     put_stop(b, req, "stop_sequences");
     lua_Integer max_tokens = max_tokens_of(L, req);
     if (max_tokens < 0)
@@ -422,10 +448,16 @@ static void build_body(lua_State *L, struct call *k, int req)
     struct body b = {L, &k->body, t == LUA_TTABLE ? lua_gettop(L) : 0};
     body_add(&b, "{", 1);
     copy_member(&b, req, "model", "model");
-    if (lua_getfield(L, req, "messages") != LUA_TTABLE || luaL_len(L, -1) == 0)
+    /* messages, or else one prompt: a batch of prompts makes no message tables */
+    int msgs = 0, prompt = 0;
+    t = lua_getfield(L, req, "messages");
+    if (t == LUA_TNIL && lua_getfield(L, req, "prompt") != LUA_TNIL)
+        prompt = lua_gettop(L);
+    else if (t != LUA_TTABLE || luaL_len(L, -1) == 0)
         luaL_error(L, "llm request needs a non-empty list 'messages'");
-    k->wire->build(&b, k, req, lua_gettop(L));
-    lua_pop(L, 1);
+    else
+        msgs = lua_gettop(L);
+    k->wire->build(&b, k, req, msgs, prompt);
     copy_member(&b, req, "temperature", "temperature");
     if (k->stream && body_key(&b, "stream"))
         body_add(&b, "true", 4);

@@ -127,10 +127,9 @@ local function prepare(req, level, ep)
   if type(req) ~= "table" then error("an llm request must be a table", level) end
   ep = ep or endpoint(req, level)
   local entry = ep.entry
+  -- a bare prompt goes to C as it is, which writes it as the one user message
   local messages = req.messages
-  if messages == nil and req.prompt ~= nil then
-    messages = {{role = "user", content = req.prompt}}
-  end
+  local prompt = messages == nil and req.prompt or nil
   local on_delta = req.on_delta
   if on_delta ~= nil and type(on_delta) ~= "function" then
     error("llm request field 'on_delta' must be a function", level)
@@ -138,7 +137,7 @@ local function prepare(req, level, ep)
   local wire = entry.wire
   return {
     wire = wire, url = ep.url, key = ep.key,
-    name = ep.label, model = ep.name, messages = messages, system = req.system,
+    name = ep.label, model = ep.name, messages = messages, prompt = prompt, system = req.system,
     temperature = req.temperature, stop = req.stop,
     max_tokens = req.max_tokens or (wire == "anthropic" and M.max_tokens or nil),
     max_tokens_field = entry.max_tokens_field,
@@ -330,13 +329,13 @@ function M.batch(reqs, opts)
   if type(reqs) ~= "table" then error("llm.batch takes a list of requests", 2) end
   local prepared, endpoints = {}, {}
   for i, req in ipairs(reqs) do
-    local ok, creq, label, on_delta = pcall(prepare_in_batch, endpoints, req)
-    prepared[i] = ok and table.pack(creq, label, on_delta)
-                  or {misuse = tostring(creq):gsub("^[^:]*:%d+: ", "")}
+    local ok, creq, _, on_delta = pcall(prepare_in_batch, endpoints, req)
+    if ok then creq.on_delta = on_delta end   -- beside the fields C reads, which ignores it
+    prepared[i] = ok and creq or {misuse = tostring(creq):gsub("^[^:]*:%d+: ", "")}
   end
   local slots = async.map(prepared, function(p)
     if p.misuse then return async.failure{kind = "misuse", message = p.misuse} end
-    local res, err = run(p[1], p[2], p[3])
+    local res, err = run(p, p.name, p.on_delta)
     return res or async.failure(err)
   end, opts and opts.concurrency or M.concurrency)
   local out = {}

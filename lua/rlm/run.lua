@@ -380,8 +380,8 @@ function Run:llm_query(prompts, model, kind)
     local ticket = granted[c]
     if ticket then
       local n = #reqs + 1
-      reqs[n] = {model = model, messages = {{role = "user", content = prompts[i]}},
-                 max_tokens = ticket.max_tokens, timeout = timeout}
+      reqs[n] = {model = model, prompt = prompts[i], max_tokens = ticket.max_tokens,
+                 timeout = timeout}
       tickets[n], slots[n] = ticket, i
     else
       texts[i] = "[ERROR] " .. whys[c]

@@ -110,6 +110,11 @@ tests["system prompt, stop and max_tokens go where each API wants them"] = funct
   body = st.last_body
   T.eq(body.system, "SYS\n\nMORE")
   T.eq(body.messages, {{role = "user", content = "hi"}})
+
+  -- a bare prompt (what a batch of sub-calls sends) makes the same body as one user message
+  assert(llm.complete(s.req("anthropic/claude-sonnet-4-5", {system = "SYS", prompt = "hi"})))
+  T.eq(s.stats().last_body.system, "SYS")
+  T.eq(s.stats().last_body.messages, {{role = "user", content = "hi"}})
   T.eq(body.stop_sequences, {"END", "FIN"})
   T.eq(body.max_tokens, llm.max_tokens)
   T.eq(body.temperature, 0)
