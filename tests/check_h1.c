@@ -396,21 +396,22 @@ START_TEST(a_connection_the_server_closed_while_idle_is_never_used)
 }
 END_TEST
 
-/* Bytes after the answer, written with it: they must not become the next answer. */
-static int smuggle(int fd, int conn, int nreq, const char *head, size_t len)
+static const char *first_answer;
+
+static int answer_first_then_counts(int fd, int conn, int nreq, const char *head, size_t len)
 {
-    if (conn > 0)
+    if (conn > 0 || nreq > 0)
         return answer_with_counts(fd, conn, nreq, head, len);
-    says(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
-             "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil");
+    says(fd, first_answer);
     return 1;
 }
 
-/* The script answers "ok" in a way that leaves its connection unfit for another request: the
+/* The first answer, "ok" written so that its connection is unfit for another request: the
  * next request must go on a new one (and read that one's answer). */
-static void the_next_request_takes_a_new_connection(script_fn script)
+static void the_next_request_takes_a_new_connection(const char *first)
 {
-    serve(script);
+    first_answer = first;
+    serve(answer_first_then_counts);
     struct http_call *c = ask_and_wait("/a");
     ck_assert_int_eq(c->result, CURLE_OK);
     ck_assert_str_eq(c->body.data, "ok");
@@ -424,7 +425,9 @@ static void the_next_request_takes_a_new_connection(script_fn script)
 
 START_TEST(bytes_after_an_answer_do_not_answer_the_next_request)
 {
-    the_next_request_takes_a_new_connection(smuggle);
+    /* bytes after the answer, written with it, must not become the next answer */
+    the_next_request_takes_a_new_connection("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+                                            "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil");
 }
 END_TEST
 
@@ -896,33 +899,18 @@ START_TEST(trailers_are_read_as_curl_reads_them)
 }
 END_TEST
 
-static int http10_chunked_keep_alive(int fd, int conn, int nreq, const char *head, size_t len)
-{
-    if (conn > 0 || nreq > 0)
-        return answer_with_counts(fd, conn, nreq, head, len);
-    says(fd, "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
-             "2\r\nok\r\n0\r\n\r\n");
-    return 1;
-}
-
 START_TEST(an_http10_answer_with_transfer_encoding_closes_the_connection)
 {
-    the_next_request_takes_a_new_connection(http10_chunked_keep_alive);
+    the_next_request_takes_a_new_connection(
+        "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "2\r\nok\r\n0\r\n\r\n");
 }
 END_TEST
 
-static int close_in_a_second_field_line(int fd, int conn, int nreq, const char *head, size_t len)
-{
-    if (conn > 0 || nreq > 0)
-        return answer_with_counts(fd, conn, nreq, head, len);
-    says(fd, "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nConnection: close\r\n"
-             "Content-Length: 2\r\n\r\nok");
-    return 1;
-}
-
 START_TEST(a_close_in_any_connection_line_closes)
 {
-    the_next_request_takes_a_new_connection(close_in_a_second_field_line);
+    the_next_request_takes_a_new_connection("HTTP/1.1 200 OK\r\nConnection: keep-alive\r\n"
+                                            "Connection: close\r\nContent-Length: 2\r\n\r\nok");
 }
 END_TEST
 
