@@ -208,20 +208,26 @@ static void body_value(struct body *b, int idx)
         luaL_error(b->L, "llm request: %s", err);
 }
 
-/* Starts member key: 0 when req.extra names it instead (the caller then writes nothing). */
+/* Starts member key: 0 when req.extra names it instead (the caller then writes nothing). The
+ * name is looked up raw, as put_extra walks extra raw. */
 static int body_key(struct body *b, const char *key)
 {
+    lua_State *L = b->L;
+    lua_pushstring(L, key);
     if (b->extra) {
-        int named = lua_getfield(b->L, b->extra, key) != LUA_TNIL;
-        lua_pop(b->L, 1);
-        if (named)
+        lua_pushvalue(L, -1);
+        int named = lua_rawget(L, b->extra) != LUA_TNIL;
+        lua_pop(L, 1);
+        if (named) {
+            lua_pop(L, 1);
             return 0;
+        }
     }
     if (b->out->len > 1)
         body_add(b, ",", 1);
-    body_add(b, "\"", 1);
-    body_add(b, key, strlen(key));
-    body_add(b, "\":", 2);
+    body_value(b, -1);   /* escaped: a provider's max_tokens_field is the user's text */
+    body_add(b, ":", 1);
+    lua_pop(L, 1);
     return 1;
 }
 
@@ -325,7 +331,10 @@ static void anthropic_messages(struct body *b, int req, int msgs, int prompt)
 {
     lua_State *L = b->L;
     if (!msgs) {   /* one prompt: the system field as given, and one user message */
-        if (lua_getfield(L, req, "system") != LUA_TNIL)
+        int t = lua_getfield(L, req, "system");
+        if (t == LUA_TNUMBER)   /* text, as the messages path makes of it */
+            lua_tostring(L, -1);
+        if (t != LUA_TNIL)
             put_member(b, "system");
         else
             lua_pop(L, 1);

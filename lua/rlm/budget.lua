@@ -183,26 +183,20 @@ function Budget:reserve(call)
   return ticket, why
 end
 
---- Reserves a batch's calls in their order, exactly as one reserve after another would, but
--- walking the chain twice for the batch rather than twice for each call. Returns two lists:
--- tickets[i], or whys[i] for a call refused.
+--- Reserves a batch's calls in their order, exactly as one reserve after another would (each
+-- grant is held before the next call is decided: the remainders are the same floating-point
+-- sums), with what is kept for the extraction read once. Returns two lists: tickets[i], or
+-- whys[i] for a call refused.
 function Budget:reserve_all(calls)
-  local left_calls, left_tokens, left_cost, left_seconds = chain_left(self)
   local keep, keep_cost = self:kept()
-  local tickets, whys, held = {}, {}, {calls = 0, tokens = 0, cost = 0}
+  local tickets, whys = {}, {}
   for i, call in ipairs(calls) do
+    local left_calls, left_tokens, left_cost, left_seconds = chain_left(self)
     local t, why = decide(self, call, left_calls, left_tokens, left_cost, left_seconds, keep,
                           keep_cost)
-    if t then   -- what a hold of t takes from every level's remainder, so from their least
-      left_calls = left_calls and math.max(0, left_calls - t.calls)
-      left_tokens = left_tokens and math.max(0, left_tokens - t.tokens)
-      left_cost = left_cost and math.max(0, left_cost - t.cost)
-      held.calls, held.tokens, held.cost = held.calls + t.calls, held.tokens + t.tokens,
-                                           held.cost + t.cost
-    end
+    if t then hold(self, t, 1) end
     tickets[i], whys[i] = t, why
   end
-  hold(self, held, 1)
   return tickets, whys
 end
 

@@ -49,26 +49,22 @@ function M.redact(s, list)
   return s
 end
 
-local function copy(t)
-  local out = setmetatable({}, getmetatable(t))
-  for k, x in pairs(t) do out[k] = x end
-  return out
-end
-
--- The table t with every secret redacted. A table is copied only when something in it changes:
--- a batch's record holds thousands of prompts and replies, and copying them all cost more than
--- the calls.
+-- A copy of the table t with every secret redacted, nested tables copied too: a record kept in
+-- memory must not change when the tables it was made from change later (a budget's live
+-- by_model, say).
 local function scrub(t, list)
-  local out
+  local out = setmetatable({}, getmetatable(t))
   for k, x in pairs(t) do
-    local kind, y = type(x), x
-    if kind == "string" then y = M.redact(x, list) elseif kind == "table" then y = scrub(x, list) end
-    if y ~= x then
-      out = out or copy(t)
-      out[k] = y
+    local kind = type(x)
+    if kind == "string" then
+      out[k] = M.redact(x, list)
+    elseif kind == "table" then
+      out[k] = scrub(x, list)
+    else
+      out[k] = x
     end
   end
-  return out or t
+  return out
 end
 
 local Writer = {}
@@ -88,9 +84,7 @@ function M.writer(path, append, sink)
 end
 
 function Writer:write(record)
-  -- the record itself is always a copy (it gets its time here); secrets are read each time, as
-  -- a key may be given mid-run
-  record = copy(scrub(record, secrets()))
+  record = scrub(record, secrets())     -- read each time: a key may be given mid-run
   record.t = record.t or sys.time()
   self.records[#self.records + 1] = record
   if self.file then

@@ -239,6 +239,27 @@ tests["reserve_all grants and refuses exactly what reserve after reserve does"] 
   end
 end
 
+tests["reserve_all matches reserve after reserve to the last floating-point token"] = function()
+  local function fresh()   -- a cap that lands near a whole number of tokens
+    local b = budget.new{max_cost = 0.061}
+    b.cost = 0.016
+    b.held = {calls = 0, tokens = 0, cost = 0.005}
+    b.keep = {tokens = 0, cost = 0.01}
+    return b
+  end
+  local calls = {
+    {prompt_chars = 2232, output = 620, sub = true, price = {input = 9, output = 24}, label = "p/m"},
+    {prompt_chars = 1043, sub = true, price = {input = 9, output = 4}, label = "p/m"},
+  }
+  local one, seq = fresh(), {}
+  for i, c in ipairs(calls) do seq[i] = assert(one:reserve(c)) end
+  local tickets = fresh():reserve_all(calls)
+  for i = 1, #calls do
+    T.eq(tickets[i].max_tokens, seq[i].max_tokens, "max_tokens of call " .. i)
+    T.eq(tickets[i].cost, seq[i].cost, "cost of call " .. i)
+  end
+end
+
 tests["reservations: calls in flight never add up past a limit; grants nest"] = function()
   local b = budget.new{max_tokens = 1000, max_llm_calls = 3}
   local t1 = assert(b:reserve{prompt_chars = 300, output = 400, sub = true})

@@ -88,6 +88,21 @@ tests["extra replaces a member of the body rather than repeating it, on both wir
   end
 end
 
+tests["a bare prompt's body is what its messages would make: a number system is text"] = function()
+  local s = standin()
+  assert(llm.complete(s.req("anthropic/claude-sonnet-4-5", {prompt = "hi", system = 7})))
+  T.eq(s.stats().last_body.system, "7")
+end
+
+tests["a provider's max_tokens_field is written as an escaped JSON name"] = function()
+  local s = standin()
+  llm.providers.quoted = {wire = "openai", base_url = s.url .. "/v1", key_env = "RLM_TEST_NO_KEY",
+                          max_tokens_field = 'max"tokens\\'}
+  T.defer(function() llm.providers.quoted = nil end)
+  assert(llm.complete{model = "quoted/gpt-4o", api_key = KEY, prompt = "hi", max_tokens = 9})
+  T.eq(s.stats().last_body['max"tokens\\'], 9)
+end
+
 tests["system prompt, stop and max_tokens go where each API wants them"] = function()
   local s = standin()
   assert(llm.complete(s.req("openai/gpt-4o", {system = "SYS", stop = "END", max_tokens = 50,

@@ -6,6 +6,16 @@ local trace = require "rlm.trace"
 
 local tests = {}
 
+tests["a kept record does not change when the tables it was made from change"] = function()
+  local budget = require "rlm.budget"
+  local b = budget.new{}
+  b:settle({calls = 1, tokens = 0, cost = 0}, "p/m", {input_tokens = 10, output_tokens = 5}, 0)
+  local w = trace.writer(nil)
+  w:write{type = "turn", usage = b:usage()}
+  b:settle({calls = 1, tokens = 0, cost = 0}, "p/m", {input_tokens = 10, output_tokens = 5}, 0)
+  T.eq(w.records[1].usage.by_model["p/m"].calls, 1)
+end
+
 local CHROMIUM_FLAGS = {"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
   "--disable-background-networking", "--disable-component-update", "--disable-sync",
   "--enable-logging=stderr", "--v=0", "--dump-dom"}
