@@ -225,7 +225,16 @@ static int body_key(struct body *b, const char *key)
     }
     if (b->out->len > 1)
         body_add(b, ",", 1);
-    body_value(b, -1);   /* escaped: a provider's max_tokens_field is the user's text */
+    size_t n = strlen(key), plain = 0;
+    while (plain < n && key[plain] != '"' && key[plain] != '\\' && (unsigned char)key[plain] >= 0x20)
+        plain++;
+    if (plain == n) {   /* our own names are plain; a provider's max_tokens_field may not be */
+        body_add(b, "\"", 1);
+        body_add(b, key, n);
+        body_add(b, "\"", 1);
+    } else {
+        body_value(b, -1);
+    }
     body_add(b, ":", 1);
     lua_pop(L, 1);
     return 1;
