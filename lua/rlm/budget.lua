@@ -93,14 +93,7 @@ end
 
 --- Seconds left before the first max_time in the chain, or nil when there is none.
 function Budget:time_left()
-  local seconds
-  local b = self
-  while b do
-    local l = b.limits
-    if l.max_time then seconds = least(seconds, l.max_time - (sys.now() - b.started)) end
-    b = b.parent
-  end
-  return seconds and math.max(0, seconds)
+  return (select(4, chain_left(self)))
 end
 
 -- The limit (name and value) that binds `what` for this budget, for messages.

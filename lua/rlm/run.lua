@@ -240,7 +240,7 @@ end
 local PROMPT_KEPT = 2000
 
 -- The record of a batch of sub-calls: each prompt (its head) and answer, with the model, its
--- tokens and cost (usage: per item, nil for a refused or cached one).
+-- tokens and cost (usage and costs: per item, nil for a refused, failed or cached one).
 function Run:sub_prompt_record(kind, prompts, texts, started, label, usage, costs)
   local chars_in, chars_out = 0, 0
   local items = {}
@@ -250,7 +250,7 @@ function Run:sub_prompt_record(kind, prompts, texts, started, label, usage, cost
     local u = usage and usage[i]
     items[i] = {prompt = #p > PROMPT_KEPT and p:sub(1, PROMPT_KEPT) or p, prompt_chars = #p,
                 input_tokens = u and u.input_tokens, output_tokens = u and u.output_tokens,
-                cost = costs and costs[i] or u and self:cost_of(label, u)}
+                cost = costs[i]}
   end
   self:record{type = "subcall", kind = kind, turn = self.turn, count = #prompts, model = label,
               prompt_chars = chars_in, reply_chars = chars_out,
