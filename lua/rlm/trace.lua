@@ -1,6 +1,7 @@
 --- Trajectories: one JSON record per line, written as the run goes so a crash or Ctrl-C still
 -- leaves the steps so far on disk. Secrets are scrubbed from every record.
 local json = require "rlm.json"
+local redact = require "rlm.core.redact"
 local sys = require "rlm.sys"
 
 local M = {}
@@ -36,35 +37,11 @@ local function secrets()
   return out
 end
 
---- Replaces every known secret value in s with "[redacted]".
+--- Replaces every known secret value in s with "[redacted]" (list: the secrets; nil, the known
+-- ones).
 function M.redact(s, list)
   if type(s) ~= "string" then return s end
-  for _, secret in ipairs(list or secrets()) do
-    local i = s:find(secret, 1, true)
-    while i do
-      s = s:sub(1, i - 1) .. "[redacted]" .. s:sub(i + #secret)
-      i = s:find(secret, i + 10, true)
-    end
-  end
-  return s
-end
-
--- A copy of the table t with every secret redacted, nested tables copied too: a record kept in
--- memory must not change when the tables it was made from change later (a budget's live
--- by_model, say).
-local function scrub(t, list)
-  local out = setmetatable({}, getmetatable(t))
-  for k, x in pairs(t) do
-    local kind = type(x)
-    if kind == "string" then
-      out[k] = M.redact(x, list)
-    elseif kind == "table" then
-      out[k] = scrub(x, list)
-    else
-      out[k] = x
-    end
-  end
-  return out
+  return redact.text(s, list or secrets())
 end
 
 local Writer = {}
@@ -84,7 +61,10 @@ function M.writer(path, append, sink)
 end
 
 function Writer:write(record)
-  record = scrub(record, secrets())     -- read each time: a key may be given mid-run
+  -- A copy, nested tables too: a record kept in memory must not change when the tables it was
+  -- made from change later (a budget's live by_model, say). The secrets are read each time: a
+  -- key may be given mid-run.
+  record = redact.copy(record, secrets())
   record.t = record.t or sys.time()
   self.records[#self.records + 1] = record
   if self.file then

@@ -16,6 +16,78 @@ tests["a kept record does not change when the tables it was made from change"] =
   T.eq(w.records[1].usage.by_model["p/m"].calls, 1)
 end
 
+-- The redaction as it was written in Lua, one secret after another: the reference the C
+-- version (rlm.core.redact) is held to.
+local function redact_reference(s, list)
+  for _, secret in ipairs(list) do
+    local i = s:find(secret, 1, true)
+    while i do
+      s = s:sub(1, i - 1) .. "[redacted]" .. s:sub(i + #secret)
+      i = s:find(secret, i + 10, true)
+    end
+  end
+  return s
+end
+
+tests["redaction finds every secret, wherever it is and however the secrets overlap"] = function()
+  local redact = require "rlm.core.redact"
+  local cases = {
+    {"SECRET01SECRET01", {"SECRET01"}, "[redacted][redacted]"},
+    {"xSECRET01", {"SECRET01"}, "x[redacted]"},
+    {"SECRET01x", {"SECRET01"}, "[redacted]x"},
+    {"SECRET01-LONGER", {"SECRET01-LONGER", "SECRET01"}, "[redacted]"},
+    {"SECRET01-LONGER", {"SECRET01", "SECRET01-LONGER"}, "[redacted]-LONGER"},
+    {"aaaaaaaaa", {"aaaaaaaa"}, "[redacted]a"},
+    {"no secret here", {"SECRET01"}, "no secret here"},
+    {"nul\0SECRET01\0", {"SECRET01"}, "nul\0[redacted]\0"},
+    {"[redacted]", {"dacted]"}, "[re[redacted]"},
+  }
+  for _, c in ipairs(cases) do
+    T.eq(redact.text(c[1], c[2]), c[3], c[1])
+    T.eq(redact_reference(c[1], c[2]), c[3], "reference: " .. c[1])
+  end
+  -- an empty secret stands for nothing (the Lua loop never ended on one)
+  T.eq(redact.text("abc", {""}), "abc")
+  T.raises(function() redact.text("abc", {1}) end, "secret 1 is not a string")
+  -- random texts over a small alphabet, so secrets occur, overlap and sit side by side
+  math.randomseed(7)
+  local function word(n)
+    local t = {}
+    for i = 1, n do t[i] = string.char(96 + math.random(3)) end
+    return table.concat(t)
+  end
+  for _ = 1, 3000 do
+    local list = {word(math.random(1, 4)), word(math.random(1, 4))}
+    local text = word(math.random(0, 40))
+    T.eq(redact.text(text, list), redact_reference(text, list), text .. " / " .. list[1] .. "," .. list[2])
+  end
+  -- a megabyte with a secret every kilobyte
+  local big = (("x"):rep(1000) .. "SECRET01"):rep(1000)
+  T.eq(redact.text(big, {"SECRET01"}), (("x"):rep(1000) .. "[redacted]"):rep(1000))
+end
+
+tests["a record's copy is deep, keeps metatables and keys, and refuses a record that holds itself"] =
+function()
+  local redact = require "rlm.core.redact"
+  local json = require "rlm.json"
+  local inner = {note = "key SECRET01 inside", n = 1.5, ok = true}
+  local record = {SECRET01 = "k", list = json.array{"SECRET01", 2}, inner = inner}
+  local copy = redact.copy(record, {"SECRET01"})
+  T.eq(copy.SECRET01, "k")                      -- keys are kept
+  T.eq(copy.inner.note, "key [redacted] inside")
+  T.eq(copy.inner.n, 1.5)
+  T.eq(copy.inner.ok, true)
+  T.eq(copy.list[1], "[redacted]")
+  T.eq(getmetatable(copy.list), getmetatable(record.list))
+  T.eq(json.encode(redact.copy({empty = json.array{}}, {})), '{"empty":[]}')
+  inner.note = "changed"
+  T.eq(copy.inner.note, "key [redacted] inside")
+  T.truthy(copy.inner ~= inner)
+  local loop = {}
+  loop.self = loop
+  T.raises(function() redact.copy(loop, {"SECRET01"}) end, "does it contain itself")
+end
+
 local CHROMIUM_FLAGS = {"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
   "--disable-background-networking", "--disable-component-update", "--disable-sync",
   "--enable-logging=stderr", "--v=0", "--dump-dom"}
