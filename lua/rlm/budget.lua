@@ -181,8 +181,22 @@ end
 -- sums), with what is kept for the extraction read once. Returns two lists: tickets[i], or
 -- whys[i] for a call refused.
 function Budget:reserve_all(calls)
-  local keep, keep_cost = self:kept()
   local tickets, whys = {}, {}
+  local left_calls, left_tokens, left_cost, left_seconds = chain_left(self)
+  -- Without a token or cost limit in the chain, a call's ticket holds no tokens or cost: when
+  -- the calls left cover every sub-call, each is granted as reserve would grant it, and the
+  -- chain is walked once for all (integer sums, the same in any order).
+  if not left_tokens and not left_cost and (left_seconds == nil or left_seconds > 0) then
+    local subs = 0
+    for _, call in ipairs(calls) do if call.sub then subs = subs + 1 end end
+    if left_calls == nil or subs <= left_calls then
+      local sub, other = {calls = 1, tokens = 0, cost = 0}, {calls = 0, tokens = 0, cost = 0}
+      for i, call in ipairs(calls) do tickets[i] = call.sub and sub or other end
+      hold(self, {calls = subs, tokens = 0, cost = 0}, 1)
+      return tickets, whys
+    end
+  end
+  local keep, keep_cost = self:kept()
   for i, call in ipairs(calls) do
     local left_calls, left_tokens, left_cost, left_seconds = chain_left(self)
     local t, why = decide(self, call, left_calls, left_tokens, left_cost, left_seconds, keep,
@@ -209,6 +223,40 @@ function Budget:settle(ticket, model, usage, cost)
     b.cost = b.cost + cost
     local m = b.by_model[model] or {calls = 0, input_tokens = 0, output_tokens = 0, cost = 0}
     m.calls, m.input_tokens, m.output_tokens = m.calls + 1, m.input_tokens + i, m.output_tokens + o
+    m.cost = m.cost + cost
+    b.by_model[model] = m
+    b = b.parent
+  end
+end
+
+--- Settles a batch's reserved calls at once, as settle after settle would: tickets[i] with
+-- usages[i] and costs[i] (usages[i] nil: the call brought no answer), all on one model. The
+-- chain is walked once for the batch.
+function Budget:settle_all(tickets, model, usages, costs)
+  local calls, llm_calls, failed, i, o, cost = 0, 0, 0, 0, 0, 0
+  local held_calls, held_tokens, held_cost = 0, 0, 0
+  for n, ticket in ipairs(tickets) do
+    calls, llm_calls = n, llm_calls + ticket.calls
+    held_calls, held_tokens, held_cost = held_calls + ticket.calls, held_tokens + ticket.tokens,
+      held_cost + ticket.cost
+    local usage = usages[n]
+    if usage then
+      i, o = i + (usage.input_tokens or 0), o + (usage.output_tokens or 0)
+      cost = cost + (costs[n] or 0)
+    else
+      failed = failed + 1
+    end
+  end
+  if calls == 0 then return end
+  local b = self
+  while b do
+    local held = b.held
+    held.calls, held.tokens, held.cost = held.calls - held_calls, held.tokens - held_tokens,
+      held.cost - held_cost
+    b.calls, b.llm_calls, b.failed = b.calls + calls, b.llm_calls + llm_calls, b.failed + failed
+    b.input_tokens, b.output_tokens, b.cost = b.input_tokens + i, b.output_tokens + o, b.cost + cost
+    local m = b.by_model[model] or {calls = 0, input_tokens = 0, output_tokens = 0, cost = 0}
+    m.calls, m.input_tokens, m.output_tokens = m.calls + calls, m.input_tokens + i, m.output_tokens + o
     m.cost = m.cost + cost
     b.by_model[model] = m
     b = b.parent

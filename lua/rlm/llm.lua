@@ -258,26 +258,38 @@ function M.cost(model, usage)
   return priced_cost(ok and M.price(provider .. "/" .. name) or (model and M.price(model)), usage)
 end
 
-local function count(t, res, priced)
-  if res then
-    t.calls = t.calls + 1
-    t.input_tokens = t.input_tokens + res.usage.input_tokens
-    t.output_tokens = t.output_tokens + res.usage.output_tokens
-    t.cost = t.cost + res.cost
-    if not priced then t.unpriced = t.unpriced + 1 end
-  else
-    t.errors = t.errors + 1
-  end
+local function new_sum()
+  return {calls = 0, errors = 0, input_tokens = 0, output_tokens = 0, cost = 0, unpriced = 0}
 end
 
-local function account(label, res, priced)
+-- Adds a finished call (res, nil when it failed) to sum, and prices res (price: its label's
+-- entry, false for none; res.model, when the answer named none, is the request's).
+local function tally(sum, creq, res, price)
+  if not res then
+    sum.errors = sum.errors + 1
+    return
+  end
+  if res.model == "" then res.model = creq.model end
+  local usage = res.usage
+  local i, o = usage.input_tokens, usage.output_tokens
+  local cost = price and (i * price.input + o * price.output) / 1e6 or 0
+  res.cost = cost
+  sum.calls, sum.input_tokens, sum.output_tokens = sum.calls + 1, sum.input_tokens + i,
+    sum.output_tokens + o
+  sum.cost = sum.cost + cost
+  if not price then sum.unpriced = sum.unpriced + 1 end
+end
+
+-- Adds what calls to label used (a sum) to the totals, once for a whole batch.
+local function account(label, sum)
   local m = totals.models[label]
   if m == nil then
-    m = {calls = 0, errors = 0, input_tokens = 0, output_tokens = 0, cost = 0, unpriced = 0}
+    m = new_sum()
     totals.models[label] = m
   end
-  count(totals, res, priced)
-  count(m, res, priced)
+  for k, v in pairs(sum) do
+    totals[k], m[k] = totals[k] + v, m[k] + v
+  end
 end
 
 local function copy(t)
@@ -307,13 +319,40 @@ local function run(creq, label, on_delta)
   until call:done()
   async.forget(id)
   local res, err = call:result()
-  local priced
-  if res then
-    if res.model == "" then res.model = creq.model end
-    res.cost, priced = priced_cost(M.price(label), res.usage)   -- label is resolved already
-  end
-  account(label, res, priced)
+  local sum = new_sum()
+  tally(sum, creq, res, M.price(label) or false)   -- label is resolved already
+  account(label, sum)
   return res, err
+end
+
+-- Calls that stream to no one run as one batch in C, which wakes this task once a poll for all
+-- that finished in it: no task or call object per request. Results and errors by request.
+local function run_batch(creqs, concurrency)
+  local b <close> = core.batch(creqs, concurrency)
+  local id = b:id()
+  while not b:step() do async.await(id) end
+  async.forget(id)
+  return b:results()
+end
+
+-- Each request as a task of its own, for batches with a request that streams to on_delta.
+local function run_tasks(creqs, concurrency)
+  local results, errs = {}, {}
+  local slots = async.map(creqs, function(p)
+    local call <close> = core.start(p)
+    local id, on_delta = call:id(), p.on_delta
+    repeat
+      async.await(id)
+      local text = call:take_deltas()
+      if on_delta and #text > 0 then on_delta(text) end
+    until call:done()
+    async.forget(id)
+    return call:result()
+  end, concurrency)
+  for n, s in ipairs(slots) do
+    if s.ok and s[1] then results[n] = s[1] else errs[n] = s.ok and s[2] or s end
+  end
+  return results, errs
 end
 
 --- One call; waits for it (inside a task, other tasks run meanwhile).
@@ -325,24 +364,76 @@ end
 -- the results in input order; a failed call's slot is a failed item (async.failure), and the
 -- others are unaffected. A request that cannot be sent at all (no key, an
 -- unknown provider) fails its own slot (kind "misuse"), not the batch.
+local function batch_concurrency(opts, level)
+  local concurrency = opts and opts.concurrency or M.concurrency
+  if math.type(concurrency) ~= "integer" or concurrency < 1 then
+    error("llm.batch: concurrency must be an integer of at least 1", level + 1)
+  end
+  return concurrency
+end
+
+local function misuse(err)
+  return async.failure{kind = "misuse", message = tostring(err):gsub("^[^:]*:%d+: ", "")}
+end
+
+-- Runs the prepared requests creqs (streams: one of them has an on_delta) and puts each
+-- result, or failed item, into out at its slot; the usage is counted once per label.
+local function run_prepared(creqs, slots, out, streams, concurrency)
+  local results, errs = (streams and run_tasks or run_batch)(creqs, concurrency)
+  local prices, sums = {}, {}   -- by label, each looked up or made once (price false: none)
+  for n, i in ipairs(slots) do
+    local creq, res = creqs[n], results[n]
+    local label = creq.name
+    local price, sum = prices[label], sums[label]
+    if price == nil then
+      price, sum = M.price(label) or false, new_sum()
+      prices[label], sums[label] = price, sum
+    end
+    tally(sum, creq, res, price)
+    out[i] = res or async.failure(errs[n])
+  end
+  for label, sum in pairs(sums) do account(label, sum) end
+  return out
+end
+
 function M.batch(reqs, opts)
   if type(reqs) ~= "table" then error("llm.batch takes a list of requests", 2) end
-  local prepared, endpoints = {}, {}
+  local concurrency = batch_concurrency(opts, 2)
+  local out, creqs, slots, endpoints, streams = {}, {}, {}, {}, false
   for i, req in ipairs(reqs) do
     local ok, creq, _, on_delta = pcall(prepare_in_batch, endpoints, req)
-    if ok then creq.on_delta = on_delta end   -- beside the fields C reads, which ignores it
-    prepared[i] = ok and creq or {misuse = tostring(creq):gsub("^[^:]*:%d+: ", "")}
+    if ok then
+      creq.on_delta = on_delta   -- beside the fields C reads, which ignores it
+      streams = streams or on_delta ~= nil
+      local n = #creqs + 1
+      creqs[n], slots[n] = creq, i
+    else
+      out[i] = misuse(creq)
+    end
   end
-  local slots = async.map(prepared, function(p)
-    if p.misuse then return async.failure{kind = "misuse", message = p.misuse} end
-    local res, err = run(p, p.name, p.on_delta)
-    return res or async.failure(err)
-  end, opts and opts.concurrency or M.concurrency)
-  local out = {}
-  for i, s in ipairs(slots) do
-    if s.ok then out[i] = s[1] else s.ok = nil; out[i] = s end
+  return run_prepared(creqs, slots, out, streams, concurrency)
+end
+
+--- The same request once for each prompt, as one batch (what a sandbox's llm_query_batched
+-- sends): req as complete takes it, its prompt or messages left out, with prompts[i] as call
+-- i's prompt and, when opts.max_tokens (a list) has an entry, opts.max_tokens[i] as its output
+-- cap. opts.concurrency as for batch. Returns what batch returns; a req that cannot be sent
+-- fails every slot (kind "misuse"). Cheaper than batch: one request is prepared, not one each.
+function M.batch_prompts(req, prompts, opts)
+  if type(prompts) ~= "table" then error("llm.batch_prompts takes a list of prompts", 2) end
+  local concurrency = batch_concurrency(opts, 2)
+  local out, creqs, slots = {}, {}, {}
+  local ok, base, _, on_delta = pcall(prepare, req, 1)
+  if not ok then
+    for i in ipairs(prompts) do out[i] = misuse(base) end
+    return out
   end
-  return out
+  base.messages, base.on_delta = nil, on_delta
+  local shared, caps = {__index = base}, opts and opts.max_tokens
+  for i, prompt in ipairs(prompts) do
+    creqs[i], slots[i] = setmetatable({prompt = prompt, max_tokens = caps and caps[i]}, shared), i
+  end
+  return run_prepared(creqs, slots, out, on_delta ~= nil, concurrency)
 end
 
 return M

@@ -15,6 +15,8 @@ local parse = require "rlm.parse"
 local sys = require "rlm.sys"
 local trace = require "rlm.trace"
 
+local EMPTY = {}   -- never written
+
 local M = {}
 
 M.defaults = {
@@ -345,7 +347,7 @@ function Run:llm_query(prompts, model, kind)
   if not label then return nil, err end
   model = model or self.sub_model
   local started = sys.now()
-  local texts, reqs, tickets, slots = {}, {}, {}, {}
+  local texts, sends, caps, tickets, slots = {}, {}, {}, {}, {}
   local refusal   -- a refusal's text, for llm_query (one prompt) to raise
   local output = self:batch_output(prompts, label)
   -- looked up once for the batch (false: none)
@@ -379,37 +381,36 @@ function Run:llm_query(prompts, model, kind)
   for c, i in ipairs(waiting) do
     local ticket = granted[c]
     if ticket then
-      local n = #reqs + 1
-      reqs[n] = {model = model, prompt = prompts[i], max_tokens = ticket.max_tokens,
-                 timeout = timeout}
-      tickets[n], slots[n] = ticket, i
+      local n = #sends + 1
+      sends[n], caps[n], tickets[n], slots[n] = prompts[i], ticket.max_tokens, ticket, i
     else
       texts[i] = "[ERROR] " .. whys[c]
       refusal = refusal or whys[c]
     end
   end
   if kind == "llm_query" and refusal then return nil, refusal end
-  local ok, results = pcall(llm.batch, reqs, {concurrency = self.batch_concurrency})
+  local ok, results = pcall(llm.batch_prompts, {model = model, timeout = timeout}, sends,
+                            {concurrency = self.batch_concurrency, max_tokens = caps})
   if not ok then
-    for _, ticket in ipairs(tickets) do self.budget:settle(ticket, label) end
+    self.budget:settle_all(tickets, label, EMPTY, EMPTY)
     async.check_interrupt()
     return nil, tostring(results)
   end
   -- A failed item becomes an error string in its slot, as DSPy does, so one bad call does not
   -- lose the batch; the code can test for the prefix.
-  local usage, costs = {}, {}
+  local usage, costs, spent, spent_costs = {}, {}, {}, {}   -- by prompt; by call
   for n, r in ipairs(results) do
     local slot = slots[n]
     if r.error then
-      self.budget:settle(tickets[n], label)
       texts[slot] = "[ERROR] " .. tostring(r.error)
     else
       local cost = self:cost_of(label, r.usage, price)
-      self.budget:settle(tickets[n], label, r.usage or {}, cost)
+      spent[n], spent_costs[n] = r.usage or EMPTY, cost
       texts[slot], usage[slot], costs[slot] = r.text, r.usage, cost
       self:remember(label, prompts[slot], r)
     end
   end
+  self.budget:settle_all(tickets, label, spent, spent_costs)
   async.check_interrupt()
   self:sub_prompt_record(kind, prompts, texts, started, label, usage, costs)
   return texts

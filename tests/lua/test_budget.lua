@@ -209,6 +209,13 @@ tests["reserve_all grants and refuses exactly what reserve after reserve does"] 
     {limits = {max_time = 0}},
     {limits = {max_tokens = 4000}, parent = {max_llm_calls = 4}},
     {limits = {}, parent = {max_cost = 0.01}, keep = {tokens = 100, cost = 0.001}},
+    -- calls limits only: the calls left cover the 8 sub-calls, exactly, or fall one short
+    {limits = {}},
+    {limits = {max_llm_calls = 50}},
+    {limits = {max_llm_calls = 8}},
+    {limits = {max_llm_calls = 7}},
+    {limits = {}, parent = {max_llm_calls = 8}},
+    {limits = {max_time = 1e9}, parent = {max_llm_calls = 20}},
   }
   for n, cfg in ipairs(configs) do
     local function make()
@@ -236,7 +243,56 @@ tests["reserve_all grants and refuses exactly what reserve after reserve does"] 
       T.truthy((r1[k] == nil and r2[k] == nil) or math.abs(r1[k] - r2[k]) < 1e-12,
                ("config %d: %s left %s vs %s"):format(n, k, tostring(r1[k]), tostring(r2[k])))
     end
+    T.eq(all.held.calls, one.held.calls, ("config %d: calls held"):format(n))
+    T.eq(all.held.tokens, one.held.tokens, ("config %d: tokens held"):format(n))
   end
+end
+
+-- A batch's settlement (settle_all, one walk of the chain) against settle after settle: the
+-- same counts, tokens, by-model totals and reservations released, along the whole chain.
+tests["settle_all leaves every level as settle after settle does"] = function()
+  local price = {input = 3, output = 15}
+  for _, limits in ipairs{{max_tokens = 100000, max_cost = 5}, {max_llm_calls = 40}, {}} do
+    local function make()
+      local root = budget.new{max_llm_calls = 100}
+      local b = root:child(nil)
+      b.limits = limits
+      return b, root
+    end
+    local one, one_root = make()
+    local all, all_root = make()
+    local calls, usages, costs = {}, {}, {}
+    for i = 1, 30 do
+      calls[i] = {prompt_chars = 40 * i, output = 200, sub = i % 5 ~= 0, price = price, label = "p/m"}
+      if i % 7 ~= 0 then   -- every seventh call brings no answer
+        usages[i] = {input_tokens = 10 * i, output_tokens = 3 * i}
+        costs[i] = (usages[i].input_tokens * 3 + usages[i].output_tokens * 15) / 1e6
+      end
+    end
+    local tickets1, tickets2 = {}, {}
+    for i, c in ipairs(calls) do tickets1[i] = assert(one:reserve(c)) end
+    tickets2 = all:reserve_all(calls)
+    for i, t in ipairs(tickets1) do one:settle(t, "p/m", usages[i], costs[i]) end
+    all:settle_all(tickets2, "p/m", usages, costs)
+    for _, pair in ipairs{{one, all}, {one_root, all_root}} do
+      local a, b = pair[1], pair[2]
+      for _, k in ipairs{"calls", "llm_calls", "failed", "input_tokens", "output_tokens"} do
+        T.eq(b[k], a[k], k)
+      end
+      T.truthy(math.abs(a.cost - b.cost) < 1e-12, ("cost %g vs %g"):format(a.cost, b.cost))
+      T.eq(b.held.calls, 0)
+      T.eq(b.held.tokens, 0)
+      T.truthy(math.abs(b.held.cost) < 1e-12, "cost still held: " .. b.held.cost)
+      T.eq(b.by_model["p/m"].calls, a.by_model["p/m"].calls)
+      T.eq(b.by_model["p/m"].input_tokens, a.by_model["p/m"].input_tokens)
+      T.truthy(math.abs(a.by_model["p/m"].cost - b.by_model["p/m"].cost) < 1e-12)
+    end
+  end
+  -- nothing to settle changes nothing
+  local b = budget.new{}
+  b:settle_all({}, "p/m", {}, {})
+  T.eq(b.calls, 0)
+  T.eq(b.by_model["p/m"], nil)
 end
 
 tests["reserve_all matches reserve after reserve to the last floating-point token"] = function()

@@ -202,6 +202,54 @@ tests["a failed batch item is an error in its slot; the others succeed"] = funct
   T.eq(results[3].text, "echo: good 3")
 end
 
+tests["a batch keeps to its concurrency: each freed slot takes the next request"] = function()
+  local s = standin{latency_ms = 200}
+  local reqs = {}
+  for i = 1, 6 do reqs[i] = s.req(MODELS[i % 2 + 1], {prompt = "r" .. i}) end
+  local t0 = sys.now()
+  local results = llm.batch(reqs, {concurrency = 2})
+  local took = sys.now() - t0
+  for i, r in ipairs(results) do T.eq(r.text, "echo: r" .. i) end
+  -- two in flight at most: three rounds of 200 ms, over no more than two connections
+  T.truthy(took >= 0.58, ("6 calls of 200 ms, 2 at a time, took only %.2f s"):format(took))
+  T.truthy(s.stats().connections <= 2, "more than two connections for a concurrency of 2")
+  T.raises(function() llm.batch(reqs, {concurrency = 0}) end, "concurrency must be an integer")
+end
+
+tests["a request the wire layer refuses fails its own slot in a batch; the rest are sent"] = function()
+  local s = standin()
+  local results = llm.batch({s.req("openai/gpt-4o", {prompt = "a"}),
+                             s.req("openai/gpt-4o", {prompt = "b", headers = {["x-bad"] = "1\r\n2"}}),
+                             s.req("anthropic/claude-sonnet-4-5", {prompt = "c"})},
+                            {concurrency = 1})
+  T.eq(results[1].text, "echo: a")
+  T.eq(results[2].kind, "misuse")
+  T.contains(results[2].error, "line break")
+  T.eq(results[3].text, "echo: c")
+  T.eq(s.stats().requests, 2)
+  local usage = llm.usage()
+  T.truthy(usage.calls >= 2)
+end
+
+tests["a batch streams to on_delta where a request asks, and reads whole streams otherwise"] = function()
+  local s = standin{script = {rules = {{match = "long", reply = ("word "):rep(200)}}}}
+  local deltas = {}
+  local results = llm.batch({
+    s.req("openai/gpt-4o", {prompt = "long", on_delta = function(t) deltas[#deltas + 1] = t end}),
+    s.req("anthropic/claude-sonnet-4-5", {prompt = "long", stream = true}),
+    s.req("openai/gpt-4o", {prompt = "plain"})}, {concurrency = 3})
+  T.eq(results[1].text, ("word "):rep(200))
+  T.truthy(#deltas > 1, "the stream came in one piece")
+  T.eq(table.concat(deltas), ("word "):rep(200))
+  T.eq(results[2].text, ("word "):rep(200))
+  T.eq(results[3].text, "echo: plain")
+  -- without on_delta, a streamed answer is read in C at its end (the same text and usage)
+  local only = llm.batch({s.req("anthropic/claude-sonnet-4-5", {prompt = "long", stream = true})})
+  T.eq(only[1].text, ("word "):rep(200))
+  T.eq(s.stats().last_body.stream, true)
+  T.truthy(only[1].usage.output_tokens > 0)
+end
+
 tests["complete works inside tasks, side by side"] = function()
   local s = standin{latency_ms = 300}
   local t0 = sys.now()
