@@ -163,31 +163,86 @@ static int l_which(lua_State *L)
     return 1;
 }
 
+/* read() that retries on EINTR. */
+static ssize_t read_retry(int fd, char *p, size_t n)
+{
+    ssize_t r;
+    do
+        r = read(fd, p, n);
+    while (r < 0 && errno == EINTR);
+    return r;
+}
+
+/* Reads fd to its end onto b, which holds what was read so far; 0, or -1 with errno. */
+static int read_rest(int fd, luaL_Buffer *b)
+{
+    for (;;) {
+        size_t room = 1 << 16;
+        char *p = luaL_prepbuffsize(b, room);
+        ssize_t n = read_retry(fd, p, room);
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            return 0;
+        luaL_addsize(b, (size_t)n);
+    }
+}
+
+/* Pushes the whole of fd as a string; 0, or -1 with errno. A regular file is read at its size
+ * into one buffer that becomes the string (adopt.h): a 100 MB context file costs the host
+ * 100 MB, not a growing buffer's copies. What has no size (a pipe, /proc), or a file that grew
+ * while it was read, is read on in 64 KiB blocks. */
+static int push_file(lua_State *L, int fd)
+{
+    struct stat st;
+    size_t size = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? (size_t)st.st_size : 0;
+    char *data = adopt_alloc(size + 1);        /* one byte more tells a grown file */
+    if (data == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    size_t got = 0;
+    while (got < size + 1) {
+        ssize_t n = read_retry(fd, data + got, size + 1 - got);
+        if (n < 0) {
+            adopt_free(data);
+            return -1;
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    if (got <= size) {
+        adopt_push(L, data, got);
+        return 0;
+    }
+    luaL_Buffer b;
+    luaL_buffinitsize(L, &b, 2 * got);
+    luaL_addlstring(&b, data, got);
+    adopt_free(data);
+    if (read_rest(fd, &b) != 0) {
+        int e = errno;
+        lua_pop(L, 1);                          /* the buffer's box */
+        errno = e;
+        return -1;
+    }
+    luaL_pushresult(&b);
+    return 0;
+}
+
 static int l_read_file(lua_State *L)
 {
     const char *path = luaL_checkstring(L, 1);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return fail_errno(L, path);
-    luaL_Buffer b;
-    luaL_buffinit(L, &b);
-    for (;;) {
-        char *p = luaL_prepbuffer(&b);
-        ssize_t n = read(fd, p, LUAL_BUFFERSIZE);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            int e = errno;
-            close(fd);
-            errno = e;
-            return fail_errno(L, path);
-        }
-        if (n == 0)
-            break;
-        luaL_addsize(&b, (size_t)n);
-    }
+    int r = push_file(L, fd);
+    int e = errno;
     close(fd);
-    luaL_pushresult(&b);
+    if (r != 0) {
+        errno = e;
+        return fail_errno(L, path);
+    }
     return 1;
 }
 

@@ -226,4 +226,51 @@ for _ in range(64 * 1024):
   p:close()
 end
 
+-- read_file reads a regular file at its size into the string itself; what has no size (/proc,
+-- a pipe) or grows while it is read goes on in blocks. Every length around the string
+-- layout's thresholds comes back whole, and a big file costs its size once.
+tests["read_file: any length, files without a size, a file that grows, a big file once"] = function()
+  local dir = T.tmpdir()
+  for _, n in ipairs{0, 1, 39, 40, 41, 63, 64, 65, 1023, 1024, 1025, 65536, 65537, 300001} do
+    local data = ("%d\0"):format(n):rep(n):sub(1, n)
+    assert(sys.write_file(dir .. "/f", data))
+    T.truthy(sys.read_file(dir .. "/f") == data, "length " .. n .. " came back changed")
+  end
+  -- /proc reports size 0 and has more
+  local status = assert(sys.read_file("/proc/self/status"))
+  T.truthy(status:match("VmRSS:") and status:sub(-1) == "\n", "a /proc file came back cut")
+  -- a named pipe whose writer sends 3 MB in pieces
+  local fifo = dir .. "/pipe"
+  T.eq(sys.run{"mkfifo", fifo}.code, 0)
+  local writer = assert(sys.spawn{argv = {"/usr/bin/python3", "-c",
+    "import sys\nwith open(sys.argv[1], 'wb') as f:\n    for i in range(3000): f.write(b'%09d' % i + b'x' * 990 + b'\\n')",
+    fifo}})
+  local piped = assert(sys.read_file(fifo))
+  T.eq(#piped, 3000 * 1000)
+  T.eq(piped:sub(-1000), ("%09d"):format(2999) .. ("x"):rep(990) .. "\n")
+  T.eq(sys.wait(writer, 10), "exit")
+  -- a file that grows while it is read: every byte present at the end is read
+  local grow = dir .. "/grow"
+  assert(sys.write_file(grow, ("g"):rep(1 << 20)))
+  local appender = assert(sys.spawn{argv = {"/usr/bin/python3", "-c",
+    "import sys\nwith open(sys.argv[1], 'ab') as f:\n    for i in range(2000): f.write(b'h' * 4096); f.flush()",
+    grow}})
+  local seen = assert(sys.read_file(grow))
+  T.truthy(#seen >= 1 << 20 and seen:sub(1, 1 << 20) == ("g"):rep(1 << 20), "the start was lost")
+  T.truthy(not seen:sub((1 << 20) + 1):find("[^h]"), "bytes other than the appended ones")
+  T.eq(sys.wait(appender, 30), "exit")
+  T.eq(#assert(sys.read_file(grow)), (1 << 20) + 2000 * 4096)
+  -- 64 MB: the host's memory grows by the file once, not by a growing buffer and a copy
+  local big = dir .. "/big"
+  assert(sys.write_file(big, ("0123456789abcdef"):rep(1 << 22)))
+  collectgarbage()
+  local rss = function() return tonumber(sys.read_file("/proc/self/status"):match("VmHWM:%s*(%d+)")) end
+  T.eq(sys.run{"sh", "-c", "echo 5 > /proc/" .. sys.getpid() .. "/clear_refs"}.code, 0)   -- resets VmHWM
+  local before = rss()
+  local data = assert(sys.read_file(big))
+  local peak = rss() - before
+  T.eq(#data, 64 << 20)
+  T.truthy(peak < 80 * 1024, ("reading 64 MB raised the peak by %d MB"):format(peak // 1024))
+end
+
 return tests
