@@ -1023,11 +1023,12 @@ static int write_g(char *out, int negative, const char *d, int nd, int x, int p)
     return n;
 }
 
-/* The 17 significant digits of a (> 0), correctly rounded (ties to even, as printf), and the
- * decimal exponent of the first: exact integer arithmetic where a * 10^q fits 128 bits
- * (a = f * 2^e, f < 2^53, times 5^q * 2^q with q <= 27: 1e-11 < a < 1e17). Returns 0 outside
- * that range, where the caller asks printf. */
-static int digits17(double a, char *d, int *x10)
+/* The 17 significant digits of a (> 0), correctly rounded (ties to even, as printf), the
+ * decimal exponent of the first, and where a lies from them (*side: -1 below, 0 on them, 1
+ * above): exact integer arithmetic where a * 10^q fits 128 bits (a = f * 2^e, f < 2^53, times
+ * 5^q * 2^q with q <= 27: 1e-11 < a < 1e17). Returns 0 outside that range, where the caller
+ * asks printf. */
+static int digits17(double a, char *d, int *x10, int *side)
 {
     static const uint64_t pow5[28] = {
         1ull, 5ull, 25ull, 125ull, 625ull, 3125ull, 15625ull, 78125ull, 390625ull, 1953125ull,
@@ -1050,6 +1051,7 @@ static int digits17(double a, char *d, int *x10)
             return 0;
         unsigned __int128 n = (unsigned __int128)f * pow5[q];
         int shift = e + q;   /* a * 10^q = f * 5^q * 2^shift */
+        *side = 0;
         if (shift >= 0) {
             if (shift > 8)
                 return 0;
@@ -1061,8 +1063,11 @@ static int digits17(double a, char *d, int *x10)
             unsigned __int128 rem = n & (((unsigned __int128)1 << r) - 1);
             unsigned __int128 half = (unsigned __int128)1 << (r - 1);
             n >>= r;
-            if (rem > half || (rem == half && (n & 1)))
+            *side = rem != 0;
+            if (rem > half || (rem == half && (n & 1))) {
                 n++;
+                *side = -1;
+            }
         }
         if (n < lo17) {          /* log10 said one too many */
             x--;
@@ -1085,30 +1090,46 @@ static int digits17(double a, char *d, int *x10)
     return 0;
 }
 
+/* Whether 17 digits cut to p round up, as printf rounds the value they stand for: by the
+ * dropped tail, and where it is a 5 and zeros, by the side of them the value lies on (side
+ * from digits17; 2: not known) and then to even. -1 when that is not known. */
+static int rounds_up(const char *digits, int p, int side)
+{
+    if (digits[p] != '5')
+        return digits[p] > '5';
+    for (int i = p + 1; i < 17; i++)
+        if (digits[i] != '0')
+            return 1;
+    if (side == 2)
+        return -1;
+    return side > 0 || (side == 0 && (digits[p - 1] - '0') % 2 == 1);
+}
+
 /* The shortest of 15, 16 or 17 significant digits that reads back as v, from 17 digits
- * (digits17, or one printf) rounded here; 0 when rounding the printed digits could differ from rounding v
- * itself (a dropped tail of exactly 5), which the caller leaves to printf. */
+ * (digits17, or one printf) rounded here; 0 when rounding the printed digits could differ from
+ * rounding v itself (a dropped tail of 5 and zeros from printf's digits), which the caller
+ * leaves to printf. */
 static int shortest_digits(double v, char *out)
 {
     char digits[17];
-    int x;
-    if (!digits17(fabs(v), digits, &x)) {
+    int x, side;
+    if (!digits17(fabs(v), digits, &x, &side)) {
         char text[40];
         snprintf(text, sizeof text, "%.16e", fabs(v));   /* d.dddddddddddddddde+XX */
         digits[0] = text[0];
         memcpy(digits + 1, text + 2, 16);
         x = atoi(text + 19);
+        side = 2;
     }
     for (int p = 15; p <= 17; p++) {
         char d[18];
         memcpy(d, digits, (size_t)p);
         int dx = x;
         if (p < 17) {
-            const char *tail = digits + p;
-            int tail_len = 17 - p;
-            if (tail[0] == '5' && (tail_len == 1 || tail[1] == '0'))
+            int up = rounds_up(digits, p, side);
+            if (up < 0)
                 return 0;   /* a tie, or near one: printf decides */
-            if (tail[0] >= '5') {   /* round up, carrying */
+            if (up) {   /* round up, carrying */
                 int i = p - 1;
                 while (i >= 0 && d[i] == '9')
                     d[i--] = '0';

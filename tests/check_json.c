@@ -216,6 +216,68 @@ START_TEST(float_round_trip)
 }
 END_TEST
 
+/* What printf makes of v: the first of %.15g, %.16g and %.17g that reads back, integral ones
+ * with ".0". The encoder reaches the same text without printf where it can. */
+static const char *printf_shortest(double v, char *out)
+{
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(out, 40, "%.*g", prec, v);
+        if (strtod(out, NULL) == v)
+            break;
+    }
+    if (strpbrk(out, ".e") == NULL)
+        strcat(out, ".0");
+    return out;
+}
+
+static void ck_float_text(double v)
+{
+    char want[48];
+    printf_shortest(v, want);
+    lua_pushnumber(L, v);
+    ck_assert(json_encode(L, -1, NULL, err, sizeof err));
+    ck_assert_msg(strcmp(lua_tostring(L, -1), want) == 0, "%.17g: wrote %s, printf %s", v,
+                  lua_tostring(L, -1), want);
+    lua_pop(L, 2);
+}
+
+/* Floats whose 16th or 17th digit is a 5 followed by nothing (0.14285714285714285: is the 16-digit
+ * text ...428 or ...429?) are rounded as printf rounds them, whether the value lies above, below
+ * or exactly on the half; so are random ones, and the products and quotients of API traffic. */
+START_TEST(float_text_as_printf)
+{
+    for (int i = 1; i <= 20000; i++) {
+        ck_float_text(i / 3.0);
+        ck_float_text((i % 100) / 7.0);
+        ck_float_text(i * 1.25e-6);
+        ck_float_text(1e-9 * i);
+        ck_float_text(i * 0.1 * 3);
+        ck_float_text(-i / 11.0);
+        ck_float_text(1e14 / i);
+    }
+    for (int k = 1; k <= 80; k++)   /* exact ties: m / 2^k ends in ...5 at the 16th or 17th digit */
+        for (int m = 1; m <= 4099; m += 2)
+            ck_float_text(ldexp(m, -k));
+    ck_float_text(0.14285714285714285);
+    ck_float_text(2.5e-17);
+    ck_float_text(9007199254740993.0);
+    ck_float_text(5e-324);
+    ck_float_text(1.7976931348623157e308);
+    srand(11);
+    for (int i = 0; i < 200000; i++) {
+        uint64_t bits = 0;
+        for (int k = 0; k < 4; k++)
+            bits = bits << 16 | (uint64_t)(rand() & 0xFFFF);
+        double v;
+        memcpy(&v, &bits, sizeof v);
+        if (i % 2)   /* most of them where the fast paths work: 1e-11 to 1e17 */
+            v = ldexp(frexp(v, &(int){0}), rand() % 92 - 36);
+        if (!isnan(v) && !isinf(v))
+            ck_float_text(v);
+    }
+}
+END_TEST
+
 START_TEST(encode_strings)
 {
     ck_enc("'plain'", "\"plain\"");
@@ -685,6 +747,7 @@ Suite *make_json_suite(void)
     tcase_add_test(tc, decode_floats);
     tcase_add_test(tc, encode_numbers);
     tcase_add_test(tc, float_round_trip);
+    tcase_add_test(tc, float_text_as_printf);
     tcase_add_test(tc, encode_strings);
     tcase_add_test(tc, decode_strings);
     tcase_add_test(tc, string_round_trip);
