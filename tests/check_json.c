@@ -189,16 +189,23 @@ START_TEST(encode_numbers)
 }
 END_TEST
 
+/* A double of 64 random bits: NaN and the infinities among them. */
+static double random_double(void)
+{
+    uint64_t bits = 0;
+    for (int k = 0; k < 4; k++)
+        bits = bits << 16 | (uint64_t)(rand() & 0xFFFF);
+    double v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
 /* Every float survives encode then decode bit for bit, and integral ones stay floats. */
 START_TEST(float_round_trip)
 {
     srand(7);
     for (int i = 0; i < 20000; i++) {
-        uint64_t bits = 0;
-        for (int k = 0; k < 4; k++)
-            bits = bits << 16 | (uint64_t)(rand() & 0xFFFF);
-        double v;
-        memcpy(&v, &bits, sizeof v);
+        double v = random_double();
         if (i % 3 == 0)
             v = (double)(rand() - RAND_MAX / 2) * 1024;   /* integral values too */
         if (isnan(v) || isinf(v))
@@ -265,11 +272,7 @@ START_TEST(float_text_as_printf)
     ck_float_text(1.7976931348623157e308);
     srand(11);
     for (int i = 0; i < 200000; i++) {
-        uint64_t bits = 0;
-        for (int k = 0; k < 4; k++)
-            bits = bits << 16 | (uint64_t)(rand() & 0xFFFF);
-        double v;
-        memcpy(&v, &bits, sizeof v);
+        double v = random_double();
         if (i % 2)   /* most of them where the fast paths work: 1e-11 to 1e17 */
             v = ldexp(frexp(v, &(int){0}), rand() % 92 - 36);
         if (!isnan(v) && !isinf(v))
