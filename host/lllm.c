@@ -17,8 +17,10 @@
  *                       streaming to Lua) with at most `concurrency` calls in flight
  *   batch:id()          op id, ready when calls have finished since the last step
  *   batch:step()        keeps what finished, starts what comes next; true once all are done
- *   batch:results()     results, errors: lists by request, one of the two for each (a request
- *                       that cannot be sent at all fails with kind "misuse")
+ *                       (raises once cancelled, and after SIGINT/SIGTERM rather than start a call)
+ *   batch:results()     results, errors: lists by request, one of the two for each request
+ *                       finished so far (all, once step said true); a request that cannot be
+ *                       sent at all fails with kind "misuse"
  *   batch:cancel()      stops the calls still running; also __gc and __close
  *
  * timeout is the deadline of the whole call in seconds, retries included; every attempt gets
@@ -595,6 +597,7 @@ static void call_begin(lua_State *L, struct call *k, int req)
     spec.http.body = k->body.data;
     spec.http.body_len = k->body.len;
     spec.on_chunk = k->stream ? on_chunk : NULL;
+    refuse_after_interrupt(L);   /* reading the request ran Lua code (a field's __index) */
     k->req = request_start(k->lp, &spec);
     if (k->req == NULL)
         luaL_error(L, "out of memory");
@@ -1061,6 +1064,8 @@ struct batch {
     int *finished;                  /* slots whose call finished, not yet taken */
     int nslots, nfinished, signalled;
     int n, next, taken;             /* requests: in all, the next to start, with a result */
+    int starting;                   /* a request is being read: Lua runs (its __index) */
+    int cancelled;
 };
 
 #define BATCH "rlm.llm.batch"
@@ -1082,6 +1087,19 @@ static struct batch *check_batch(lua_State *L, int arg)
     return luaL_checkudata(L, arg, BATCH);
 }
 
+/* The batch at arg, to be changed: not while one of its requests is being read (Lua code a
+ * request runs cannot pull the slots from under it), not once cancelled. */
+static struct batch *check_idle_batch(lua_State *L, int arg)
+{
+    struct batch *b = check_batch(L, arg);
+    if (b->starting)
+        luaL_error(L, "the llm batch is starting a request; it cannot be stepped or cancelled "
+                      "from the request's own fields");
+    if (b->cancelled)
+        luaL_error(L, "the llm batch was cancelled");
+    return b;
+}
+
 /* Keeps the value at the top of the stack as request i's result or error (popped). */
 static void batch_keep(lua_State *L, int batch, int which, int i)
 {
@@ -1098,11 +1116,14 @@ static int begin_in_batch(lua_State *L)
 }
 
 /* Starts the next requests in idle slot `slot` until one is running or none is left; a request
- * that cannot be sent (misuse, out of memory) gets its error at once, kind "misuse". */
+ * that cannot be sent (misuse, out of memory) gets its error at once, kind "misuse". Raises
+ * after an interrupt, before any further call goes out: a signal that arrives while a request
+ * is read stops the batch, it is not that request's error. */
 static void batch_fill(lua_State *L, int batch, struct batch *b, int slot)
 {
     struct call *k = &b->calls[slot];
     while (b->next < b->n) {
+        refuse_after_interrupt(L);
         int i = b->next++;
         memset(k, 0, sizeof *k);
         k->lp = b->lp;
@@ -1115,9 +1136,14 @@ static void batch_fill(lua_State *L, int batch, struct batch *b, int slot)
         lua_getiuservalue(L, batch, BATCH_REQUESTS);
         lua_rawgeti(L, -1, i + 1);
         lua_remove(L, -2);
-        if (lua_pcall(L, 2, 0, 0) == LUA_OK)
+        b->starting = 1;
+        int status = lua_pcall(L, 2, 0, 0);
+        b->starting = 0;
+        if (status == LUA_OK)
             return;
         release(k);
+        if (host_signal != 0)
+            lua_error(L);   /* the interrupt (or what it cut short): the batch ends here */
         if (!lua_isstring(L, -1))
             lua_pushliteral(L, "the llm request could not be sent");
         fail_push(L, "misuse", 0, -1);
@@ -1148,13 +1174,14 @@ static int l_batch(lua_State *L)
     b->lp = loop_get(L);
     b->id = loop_new_id(b->lp);
     b->n = (int)n;
-    b->nslots = concurrency < n ? (int)concurrency : (int)n;
-    if (b->nslots > 0) {
-        b->calls = calloc((size_t)b->nslots, sizeof *b->calls);
-        b->finished = malloc((size_t)b->nslots * sizeof *b->finished);
+    int nslots = concurrency < n ? (int)concurrency : (int)n;
+    if (nslots > 0) {
+        b->calls = calloc((size_t)nslots, sizeof *b->calls);
+        b->finished = malloc((size_t)nslots * sizeof *b->finished);
         if (b->calls == NULL || b->finished == NULL)
             return luaL_error(L, "out of memory");
     }
+    b->nslots = nslots;
     for (int slot = 0; slot < b->nslots; slot++)
         batch_fill(L, batch, b, slot);
     return 1;
@@ -1164,7 +1191,7 @@ static int l_batch(lua_State *L)
  * step and starts the next requests in the slots that freed. */
 static int batch_step(lua_State *L)
 {
-    struct batch *b = check_batch(L, 1);
+    struct batch *b = check_idle_batch(L, 1);
     lua_settop(L, 1);
     b->signalled = 0;
     while (b->nfinished > 0) {
@@ -1175,21 +1202,16 @@ static int batch_step(lua_State *L)
         lua_settop(L, 1);
         release(k);
         b->taken++;
-        if (b->next < b->n) {
-            refuse_after_interrupt(L);
-            batch_fill(L, 1, b, slot);
-        }
+        batch_fill(L, 1, b, slot);
     }
     lua_pushboolean(L, b->taken == b->n);
     return 1;
 }
 
-/* batch:results() -> results, errors: by request, exactly one of the two for each. */
+/* batch:results() -> results, errors: by request, one of the two for each finished request. */
 static int batch_results(lua_State *L)
 {
-    struct batch *b = check_batch(L, 1);
-    if (b->taken < b->n)
-        return luaL_error(L, "the llm batch is still running; step it until it is done");
+    check_batch(L, 1);
     lua_getiuservalue(L, 1, BATCH_RESULTS);
     lua_getiuservalue(L, 1, BATCH_ERRORS);
     return 2;
@@ -1201,10 +1223,14 @@ static int batch_id(lua_State *L)
     return 1;
 }
 
-/* Stops every call still running; also __gc and __close. */
+/* Stops every call still running; also __gc and __close (where a batch already cancelled is
+ * no misuse, nor one that is starting a request: __close runs when that raises). */
 static int batch_cancel(lua_State *L)
 {
     struct batch *b = check_batch(L, 1);
+    if (b->starting)
+        check_idle_batch(L, 1);   /* raises */
+    b->cancelled = 1;
     for (int slot = 0; slot < b->nslots; slot++)
         release(&b->calls[slot]);
     free(b->calls);

@@ -11,8 +11,10 @@
 
 #include <lauxlib.h>
 
+#include "json.h"
+
 #define MARK "[redacted]"
-#define MAX_DEPTH 200           /* a record nested deeper than this most likely refers to itself */
+#define MAX_DEPTH JSON_MAX_DEPTH   /* deeper, a record could not be written: it refers to itself */
 
 struct secrets {
     size_t n;

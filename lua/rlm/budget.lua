@@ -229,35 +229,36 @@ function Budget:settle(ticket, model, usage, cost)
   end
 end
 
---- Settles a batch's reserved calls at once, as settle after settle would: tickets[i] with
--- usages[i] and costs[i] (usages[i] nil: the call brought no answer), all on one model. The
--- chain is walked once for the batch.
+--- Settles a batch's reserved calls at once, as settle after settle would, to the last bit of
+-- every float sum: tickets[i] with usages[i] and costs[i] (usages[i] nil: the call brought no
+-- answer), all on one model. One walk of the chain, one by_model lookup a level.
 function Budget:settle_all(tickets, model, usages, costs)
-  local calls, llm_calls, failed, i, o, cost = 0, 0, 0, 0, 0, 0
-  local held_calls, held_tokens, held_cost = 0, 0, 0
-  for n, ticket in ipairs(tickets) do
-    calls, llm_calls = n, llm_calls + ticket.calls
-    held_calls, held_tokens, held_cost = held_calls + ticket.calls, held_tokens + ticket.tokens,
-      held_cost + ticket.cost
-    local usage = usages[n]
-    if usage then
-      i, o = i + (usage.input_tokens or 0), o + (usage.output_tokens or 0)
-      cost = cost + (costs[n] or 0)
-    else
-      failed = failed + 1
-    end
-  end
-  if calls == 0 then return end
+  local n = #tickets
+  if n == 0 then return end
   local b = self
   while b do
     local held = b.held
-    held.calls, held.tokens, held.cost = held.calls - held_calls, held.tokens - held_tokens,
-      held.cost - held_cost
-    b.calls, b.llm_calls, b.failed = b.calls + calls, b.llm_calls + llm_calls, b.failed + failed
-    b.input_tokens, b.output_tokens, b.cost = b.input_tokens + i, b.output_tokens + o, b.cost + cost
     local m = b.by_model[model] or {calls = 0, input_tokens = 0, output_tokens = 0, cost = 0}
-    m.calls, m.input_tokens, m.output_tokens = m.calls + calls, m.input_tokens + i, m.output_tokens + o
-    m.cost = m.cost + cost
+    local h_calls, h_tokens, h_cost = held.calls, held.tokens, held.cost
+    local llm_calls, failed, cost, m_cost = b.llm_calls, b.failed, b.cost, m.cost
+    local i, o = 0, 0
+    for k = 1, n do   -- in ticket order: a float sum depends on the order of its terms
+      local ticket, usage, c = tickets[k], usages[k], costs[k] or 0
+      h_calls, h_tokens, h_cost = h_calls - ticket.calls, h_tokens - ticket.tokens,
+        h_cost - ticket.cost
+      llm_calls = llm_calls + ticket.calls
+      if usage then
+        i, o = i + (usage.input_tokens or 0), o + (usage.output_tokens or 0)
+      else
+        failed = failed + 1
+      end
+      cost, m_cost = cost + c, m_cost + c
+    end
+    held.calls, held.tokens, held.cost = h_calls, h_tokens, h_cost
+    b.calls, b.llm_calls, b.failed, b.cost = b.calls + n, llm_calls, failed, cost
+    b.input_tokens, b.output_tokens = b.input_tokens + i, b.output_tokens + o
+    m.calls, m.input_tokens, m.output_tokens, m.cost = m.calls + n, m.input_tokens + i,
+      m.output_tokens + o, m_cost
     b.by_model[model] = m
     b = b.parent
   end

@@ -262,11 +262,15 @@ local function new_sum()
   return {calls = 0, errors = 0, input_tokens = 0, output_tokens = 0, cost = 0, unpriced = 0}
 end
 
--- Adds a finished call (res, nil when it failed) to sum, and prices res (price: its label's
+-- Kinds of failure that mean no call was made, or none is known to have been: a request
+-- refused before it was sent ("misuse"), Lua code that raised around it ("lua").
+local UNSENT = {misuse = true, lua = true}
+
+-- Adds a finished call (res, or err when it failed) to sum, and prices res (price: its label's
 -- entry, false for none; res.model, when the answer named none, is the request's).
-local function tally(sum, creq, res, price)
+local function tally(sum, creq, res, price, err)
   if not res then
-    sum.errors = sum.errors + 1
+    if not UNSENT[err.kind] then sum.errors = sum.errors + 1 end
     return
   end
   if res.model == "" then res.model = creq.model end
@@ -320,25 +324,32 @@ local function run(creq, label, on_delta)
   async.forget(id)
   local res, err = call:result()
   local sum = new_sum()
-  tally(sum, creq, res, M.price(label) or false)   -- label is resolved already
+  tally(sum, creq, res, M.price(label) or false, err)   -- label is resolved already
   account(label, sum)
   return res, err
 end
 
 -- Calls that stream to no one run as one batch in C, which wakes this task once a poll for all
--- that finished in it: no task or call object per request. Results and errors by request.
+-- that finished in it: no task or call object per request. Returns results and errors by
+-- request, and what was raised (an interrupt) when the batch stopped before its end: the
+-- calls that finished by then are in the two lists.
 local function run_batch(creqs, concurrency)
   local b <close> = core.batch(creqs, concurrency)
   local id = b:id()
-  while not b:step() do async.await(id) end
+  local ok, raised = pcall(function()
+    while not b:step() do async.await(id) end
+  end)
   async.forget(id)
-  return b:results()
+  local results, errs = b:results()
+  return results, errs, not ok and raised or nil
 end
 
--- Each request as a task of its own, for batches with a request that streams to on_delta.
+-- Each request as a task of its own, for batches with a request that streams to on_delta;
+-- returns what run_batch returns. What a task raised (a request refused, an on_delta that
+-- failed) is that request's error.
 local function run_tasks(creqs, concurrency)
   local results, errs = {}, {}
-  local slots = async.map(creqs, function(p)
+  local ok, slots = pcall(async.map, creqs, function(p, n)
     local call <close> = core.start(p)
     local id, on_delta = call:id(), p.on_delta
     repeat
@@ -347,10 +358,14 @@ local function run_tasks(creqs, concurrency)
       if on_delta and #text > 0 then on_delta(text) end
     until call:done()
     async.forget(id)
-    return call:result()
+    results[n], errs[n] = call:result()
   end, concurrency)
+  if not ok then return results, errs, slots end
   for n, s in ipairs(slots) do
-    if s.ok and s[1] then results[n] = s[1] else errs[n] = s.ok and s[2] or s end
+    if not s.ok then
+      errs[n] = {kind = s.kind, message = s.error, status = s.status,
+                 retry_after = s.retry_after, attempts = s.attempts}
+    end
   end
   return results, errs
 end
@@ -366,10 +381,11 @@ end
 -- unknown provider) fails its own slot (kind "misuse"), not the batch.
 local function batch_concurrency(opts, level)
   local concurrency = opts and opts.concurrency or M.concurrency
-  if math.type(concurrency) ~= "integer" or concurrency < 1 then
-    error("llm.batch: concurrency must be an integer of at least 1", level + 1)
+  if type(concurrency) ~= "number" or concurrency ~= concurrency then
+    error("llm.batch: concurrency must be a number", level + 1)
   end
-  return concurrency
+  -- below 1: one at a time (as async.map takes it); a fraction is cut to a whole number
+  return math.floor(math.max(1, math.min(concurrency, 1 << 30)))
 end
 
 local function misuse(err)
@@ -377,22 +393,26 @@ local function misuse(err)
 end
 
 -- Runs the prepared requests creqs (streams: one of them has an on_delta) and puts each
--- result, or failed item, into out at its slot; the usage is counted once per label.
+-- result, or failed item, into out at its slot; the usage is counted once per label. When the
+-- batch is stopped (an interrupt), the calls that finished are counted and it raises again.
 local function run_prepared(creqs, slots, out, streams, concurrency)
-  local results, errs = (streams and run_tasks or run_batch)(creqs, concurrency)
+  local results, errs, raised = (streams and run_tasks or run_batch)(creqs, concurrency)
   local prices, sums = {}, {}   -- by label, each looked up or made once (price false: none)
   for n, i in ipairs(slots) do
-    local creq, res = creqs[n], results[n]
-    local label = creq.name
-    local price, sum = prices[label], sums[label]
-    if price == nil then
-      price, sum = M.price(label) or false, new_sum()
-      prices[label], sums[label] = price, sum
+    local creq, res, err = creqs[n], results[n], errs[n]
+    if res or err then
+      local label = creq.name
+      local price, sum = prices[label], sums[label]
+      if price == nil then
+        price, sum = M.price(label) or false, new_sum()
+        prices[label], sums[label] = price, sum
+      end
+      tally(sum, creq, res, price, err)
+      out[i] = res or async.failure(err)
     end
-    tally(sum, creq, res, price)
-    out[i] = res or async.failure(errs[n])
   end
   for label, sum in pairs(sums) do account(label, sum) end
+  if raised ~= nil then error(raised, 0) end
   return out
 end
 

@@ -371,4 +371,29 @@ tests["SIGINT or SIGTERM during a batch ends the run at once, with nothing more 
   end
 end
 
+-- settle_all is "as settle after settle would" to the last bit, as reserve_all is held to; the leftover of a float sum decides the next call's output cap.
+tests["settle_all leaves the same floating-point remainders as settle after settle"] =
+function()
+  local price = {input = 25 / 7, output = 25 / 7}
+  local outputs = {53, 132, 843, 551, 734, 827, 601, 233, 712, 174, 56}
+  local chars = {3090, 4134, 364, 220, 1275, 3105, 1480, 3932, 4759, 3857, 1667}
+  local used = {{2947, 91}, {1222, 360}, {864, 414}, {2876, 742}, {2640, 323}, {1824, 851},
+                {1943, 692}, {2675, 866}, {2931, 135}, {1175, 161}, {2062, 225}}
+  local calls, usages, costs = {}, {}, {}
+  for i = 1, #outputs do
+    calls[i] = {prompt_chars = chars[i], output = outputs[i], sub = true, price = price, label = "p/m"}
+    usages[i] = {input_tokens = used[i][1], output_tokens = used[i][2]}
+    costs[i] = (used[i][1] * price.input + used[i][2] * price.output) / 1e6
+  end
+  local function make() return budget.new{max_cost = 0.2}:child(nil) end
+  local one, all = make(), make()
+  local seq = {}
+  for i, c in ipairs(calls) do seq[i] = assert(one:reserve(c)) end
+  for i, t in ipairs(seq) do one:settle(t, "p/m", usages[i], costs[i]) end
+  all:settle_all(all:reserve_all(calls), "p/m", usages, costs)
+  T.eq(("%a"):format(all.held.cost), ("%a"):format(one.held.cost), "cost still held")
+  local next_call = {prompt_chars = 100, output = 10 ^ 9, sub = true, price = price, label = "p/m"}
+  T.eq(all:reserve(next_call).max_tokens, one:reserve(next_call).max_tokens, "the next call's cap")
+end
+
 return tests

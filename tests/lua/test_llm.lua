@@ -213,7 +213,13 @@ tests["a batch keeps to its concurrency: each freed slot takes the next request"
   -- two in flight at most: three rounds of 200 ms, over no more than two connections
   T.truthy(took >= 0.58, ("6 calls of 200 ms, 2 at a time, took only %.2f s"):format(took))
   T.truthy(s.stats().connections <= 2, "more than two connections for a concurrency of 2")
-  T.raises(function() llm.batch(reqs, {concurrency = 0}) end, "concurrency must be an integer")
+  -- below 1 is one at a time, as rlm.run's batch_concurrency = 0 always ran; not a number raises
+  t0 = sys.now()
+  results = llm.batch({reqs[1], reqs[2], reqs[3]}, {concurrency = 0})
+  T.eq(results[3].text, "echo: r3")
+  T.truthy(sys.now() - t0 >= 0.58, "concurrency 0 ran calls side by side")
+  T.eq(#llm.batch({reqs[1], reqs[2]}, {concurrency = 1.5}), 2)
+  T.raises(function() llm.batch(reqs, {concurrency = "2"}) end, "concurrency must be a number")
 end
 
 tests["a request the wire layer refuses fails its own slot in a batch; the rest are sent"] = function()
@@ -580,6 +586,126 @@ tests["misuse raises before anything is sent"] = function()
   T.raises(function() llm.complete(s.req("anthropic/claude-x", {prompt = "x", max_tokens = 0})) end,
            "positive integer")
   T.eq(s.stats().requests, 0)
+end
+
+-- The C batch against what the per-task path did before it (8ab9565), and against misuse.
+
+-- Runs a Lua script in a child rlm (`rlm run`), argv passed as its `...`; sh_prefix (optional)
+-- is shell run before it (a ulimit, say). Returns sys.run's result: code, stdout, stderr.
+local function child_script(src, args, sh_prefix)
+  local path = T.tmpdir() .. "/child.lua"
+  assert(sys.write_file(path, src))
+  local argv = {"/bin/sh", "-c", (sh_prefix or ":") .. ' && exec "$0" run "$@"', T.rlm, path}
+  for _, a in ipairs(args or {}) do argv[#argv + 1] = a end
+  return assert(sys.run(argv, {timeout = 60}))
+end
+
+tests["a streaming batch item that raises keeps its message, not 'table: 0x...'"] = function()
+  local s = standin()
+  -- the old path put async.map's failed item into the slot as it was: {error = message, kind}
+  local results = llm.batch({
+    s.req("openai/gpt-4o", {prompt = "a", on_delta = function() error("on_delta blew up", 0) end}),
+    s.req("openai/gpt-4o", {prompt = "b", on_delta = function() end,
+                            headers = {["x-bad"] = "1\r\n2"}})}, {concurrency = 2})
+  T.contains(results[1].error, "on_delta blew up")
+  T.contains(results[2].error, "line break")
+end
+
+tests["a request C refuses in a batch is not counted as a failed call in llm.usage()"] =
+function()
+  -- Before, core.start raised inside run() before account(): a request that was never sent was
+  -- neither a call nor an error (as a Lua-side misuse still is not).
+  local s = standin()
+  llm.reset_usage()
+  local results = llm.batch({s.req("openai/gpt-4o", {prompt = "b", headers = {["x-bad"] = "1\r\n2"}}),
+                             s.req("openai/gpt-4o", {prompt = "c", api_key = false, model = 7})})
+  T.contains(results[1].error, "line break")
+  T.truthy(results[2].error, "a request with model = 7 fails its slot")
+  T.eq(s.stats().requests, 0)
+  local u = llm.usage()
+  T.eq(u.errors, 0, "errors counted for requests never sent")
+  llm.reset_usage()
+end
+
+tests["no model call goes out once a signal arrived while a batch starts its calls"] =
+function()
+  local s = standin()
+  -- The first request reads as a table whose fields are looked up (as a proxy's would be); the
+  -- lookup is where a SIGTERM happens to arrive. The two requests after it must not be sent.
+  local r = child_script([[
+local core = require "rlm.core.llm"
+local loop = require "rlm.core.loop"
+local sys = require "rlm.sys"
+local url, key = ...
+local function req(p)
+  return {wire = "openai", url = url .. "/v1/chat/completions", model = "gpt-4o", key = key,
+          prompt = p, timeout = 5, retries = 0, backoff = 0.1}
+end
+local plain, killed = req("first"), false
+local first = setmetatable({}, {__index = function(_, k)
+  if not killed then killed = true; sys.kill(sys.getpid(), "TERM") end
+  return plain[k]
+end})
+local ok, b = pcall(core.batch, {first, req("second"), req("third")}, 3)
+print("batch", ok, tostring(b))
+for _ = 1, 20 do pcall(loop.poll, 0.05) end
+if ok then
+  local stepped, done = pcall(b.step, b)
+  print("step", stepped, tostring(done))
+end
+]], {s.url, KEY})
+  T.eq(s.stats().requests, 0, "requests sent after the signal; child said: " .. r.stdout .. r.stderr)
+end
+
+tests["calls that finished before an interrupt stay in llm.usage()"] = function()
+  local s = standin{script = {rules = {{match = "^SLOW", reply = "slow", latency_ms = 4000}}}}
+  -- Before, each call was counted as it finished; the fast call here was paid for.
+  local r = child_script([[
+local llm = require "rlm.llm"
+local async = require "rlm.async"
+local sys = require "rlm.sys"
+local url, key = ...
+async.spawn(function() async.sleep(1.0); sys.kill(sys.getpid(), "TERM") end)
+local function req(p) return {model = "openai/gpt-4o", api_key = key, base_url = url .. "/v1", prompt = p} end
+local ok, err = pcall(llm.batch, {req("fast"), req("SLOW")}, {concurrency = 2})
+local u = llm.usage()
+print(("ok=%s calls=%d input_tokens=%d"):format(tostring(ok), u.calls, u.input_tokens))
+]], {s.url, KEY})
+  T.contains(r.stdout, "ok=false", r.stderr)
+  T.contains(r.stdout, "calls=1 ", "the finished call was dropped from llm.usage(): " .. r.stdout)
+end
+
+tests["a batch whose slots cannot be allocated raises, and its __gc does not crash"] =
+function()
+  -- 2,000,000 slots of ~1 KB each under a 1 GB address-space limit: calloc fails; l_batch
+  -- raises with nslots set and calls NULL, and the finaliser then walks the NULL array.
+  local r = child_script([[
+local core = require "rlm.core.llm"
+local n = 2000000
+local reqs = setmetatable({}, {__len = function() return n end})
+local ok, err = pcall(core.batch, reqs, n)
+print("batch", ok, tostring(err))
+collectgarbage()
+collectgarbage()
+print("survived")
+]], nil, "ulimit -v 1000000")
+  T.contains(r.stdout, "out of memory", r.stderr)
+  T.contains(r.stdout, "survived", ("the child died (code %s): %s"):format(tostring(r.code), r.stderr))
+  T.eq(r.code, 0)
+end
+
+tests["a cancelled batch reports done or raises; it never just stays running"] = function()
+  local s = standin{latency_ms = 300}
+  local core = require "rlm.core.llm"
+  local creq = {wire = "openai", url = s.url .. "/v1/chat/completions", model = "gpt-4o", key = KEY,
+                prompt = "x", timeout = 5, retries = 0, backoff = 0.1}
+  local b = core.batch({creq, creq}, 1)
+  b:cancel()
+  T.raises(function() b:step() end, "the llm batch was cancelled")
+  local results, errs = b:results()   -- what finished before: nothing
+  T.eq(next(results), nil)
+  T.eq(next(errs), nil)
+  b:cancel()                          -- again, as __close and __gc will: no error
 end
 
 return tests

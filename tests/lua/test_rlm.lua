@@ -210,4 +210,17 @@ tests["rlm ask prints the answer and a progress line per turn; rlm trace renders
   T.eq(out.fields.answer, errors)
 end
 
+-- rlm.run takes batch_concurrency as any number >= 0 (check_options), and llm_query_batched
+-- runs with it: below 1 one call at a time, a fraction cut (the C batch once refused them all).
+tests["llm_query_batched runs with any batch_concurrency rlm.run accepts"] = function()
+  F.model{rules = {
+    {match = "^SUB", reply = "sub ok"},
+    {match = "Task: batched", reply = F.code("r = llm_query_batched(['SUB a', 'SUB b'])\nSUBMIT(answer='|'.join(r))")},
+  }}
+  for _, n in ipairs{4.0, 0} do
+    local res = rlm.run{task = "batched", context = "ctx", batch_concurrency = n, max_iterations = 2}
+    T.eq(res.answer, "sub ok|sub ok", "batch_concurrency = " .. tostring(n) .. ": " .. tostring(res.detail))
+  end
+end
+
 return tests

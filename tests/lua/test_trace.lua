@@ -293,4 +293,14 @@ tests["rlm ask --events - writes the run's records as JSON lines, and nothing el
   T.eq(kinds, {"start", "subcall", "step", "final"})
 end
 
+-- A record is copied however deep the JSON codec can write it (1000 levels), as the Lua walk
+-- rlm.core.redact replaced did: a deep but finite record is no cycle.
+tests["a record nested 250 deep (no cycle) is written as the Lua scrub wrote it"] = function()
+  local deep = {leaf = "x"}
+  for _ = 1, 250 do deep = {deep} end
+  local w = trace.writer(nil)
+  local ok, err = pcall(w.write, w, {type = "start", context = deep})
+  T.truthy(ok, "a 250-deep context in the start record: " .. tostring(err))
+end
+
 return tests
