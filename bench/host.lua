@@ -39,6 +39,20 @@ local BARE_BWRAP = {"bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", 
 local exec, bare = startup({T.rlm, "exec", "print(1)"}, BARE_BWRAP, 30)
 print(("startup   rlm exec 'print(1)'  median %.2f ms   (floor: bwrap + python3 -c %.2f ms, %.2fx)"):format(
   exec, bare, exec / bare))
+-- A child's start should not grow with what rlm holds (fork copied the page tables, and then
+-- every page rlm wrote): /bin/true started and waited for, with nothing held and with 100 MB.
+local function spawn_ms(n)
+  local t0 = sys.now()
+  for _ = 1, n do sys.wait(assert(sys.spawn{argv = {"/bin/true"}, stdin = "null"})) end
+  return (sys.now() - t0) / n * 1e3
+end
+local light = spawn_ms(200)
+local held = ("x"):rep(100 * 1000 * 1000)
+local heavy = spawn_ms(200)
+print(("spawn     /bin/true, start to exit  %.2f ms   with 100 MB held %.2f ms"):format(light, heavy))
+held = nil   -- let it go before the next figures
+collectgarbage()
+
 local server = T.server{"tests/standins/echo"}
 local n, latency = 64, 200
 local reqs = {}

@@ -30,6 +30,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -927,17 +928,30 @@ static int place_passed(const struct child_setup *cs, int *status_fd)
     return 0;
 }
 
+/* The identity calls are made as raw system calls: glibc's wrappers tell every other thread
+ * of the process to change too, and in a vfork child those threads are rlm's own. */
 static int drop_privileges(const struct child_setup *cs)
 {
     for (int i = 0; i < cs->nlimits; i++)
         if (setrlimit(cs->limit_res[i], &cs->limit_val[i]) != 0)
             return -1;
-    if (cs->gid >= 0 && (setgroups(0, NULL) != 0 ||
-                         setresgid((gid_t)cs->gid, (gid_t)cs->gid, (gid_t)cs->gid) != 0))
+    if (cs->gid >= 0 && (syscall(SYS_setgroups, 0, NULL) != 0 ||
+                         syscall(SYS_setresgid, cs->gid, cs->gid, cs->gid) != 0))
         return -1;
-    if (cs->uid >= 0 && setresuid((uid_t)cs->uid, (uid_t)cs->uid, (uid_t)cs->uid) != 0)
+    if (cs->uid >= 0 && syscall(SYS_setresuid, cs->uid, cs->uid, cs->uid) != 0)
         return -1;
     return 0;
+}
+
+/* In the child, before it takes signals again: every caught signal back to its default
+ * action (ignored ones too, as SIGPIPE), so that none runs one of rlm's handlers in memory it
+ * shares with rlm until exec. */
+static void default_signals(void)
+{
+    struct sigaction dfl = {.sa_handler = SIG_DFL}, old;
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sigaction(sig, NULL, &old) == 0 && old.sa_handler != SIG_DFL)
+            sigaction(sig, &dfl, NULL);
 }
 
 /* Makes fd `target` a copy of fd, inheritable (dup2 onto itself would keep close-on-exec). */
@@ -949,18 +963,18 @@ static void wire(int fd, int target)
         dup2(fd, target);
 }
 
-/* In the child: wire stdio and the passed descriptors, close everything else, own process
- * group, limits and identity, cwd, exec. Reports errno on status_fd. */
+/* In the vfork child, which shares rlm's memory until it execs: wire stdio and the passed
+ * descriptors, close everything else, own process group, limits and identity, cwd, exec.
+ * Reports errno on status_fd. It writes only its own stack, and calls nothing that allocates
+ * or takes a lock (a thread of rlm's could hold it). Signals come blocked (spawn_child). */
 static void child_exec(char **argv, char **envp, const char *cwd, int in, int out, int err,
                        int status_fd, const struct child_setup *cs)
 {
     setpgid(0, 0);
+    default_signals();
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    signal(SIGPIPE, SIG_DFL);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
     if (place_passed(cs, &status_fd) != 0)
         child_fail(status_fd);
     if (in >= 0)
@@ -979,9 +993,31 @@ static void child_exec(char **argv, char **envp, const char *cwd, int in, int ou
     if (cwd && chdir(cwd) != 0)
         child_fail(status_fd);
     if (envp)
-        environ = envp;
+        environ = envp;   /* rlm's own: spawn_child puts it back (execvp searches its PATH) */
     execvp(argv[0], argv);
     child_fail(status_fd);
+}
+
+/* Starts the child: vfork, because fork copies rlm's page tables and then every page rlm
+ * writes is copied once more, which costs milliseconds once rlm holds a big context (0.7 ms at
+ * 3 MB, 4.2 ms at 100 MB, against 0.5 ms for vfork: bench on this machine). rlm waits until the
+ * child has called exec or exited. Every signal stays blocked in between, so no handler of
+ * rlm's runs in the child. Returns the pid, or -1 with errno. */
+static pid_t spawn_child(char **argv, char **envp, const char *cwd, const int child[3],
+                         int status_fd, const struct child_setup *cs)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    char **rlm_environ = environ;
+    pid_t pid = vfork();
+    if (pid == 0)
+        child_exec(argv, envp, cwd, child[0], child[1], child[2], status_fd, cs);
+    int e = errno;
+    environ = rlm_environ;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    errno = e;
+    return pid;
 }
 
 /* A sealed, read-only memfd holding data; -1 with errno on failure. */
@@ -1174,9 +1210,7 @@ static int l_spawn(lua_State *L)
         for (int i = 0; i < 2; i++)
             if ((i == 0 ? pin[1] : pout[0]) >= 0)
                 fcntl(i == 0 ? pin[1] : pout[0], F_SETPIPE_SZ, pipe_size);
-    pid_t pid = pipes_ok ? fork() : -1;
-    if (pid == 0)
-        child_exec(argv, envp, cwd, child[0], child[1], child[2], status[1], &cs);
+    pid_t pid = pipes_ok ? spawn_child(argv, envp, cwd, child, status[1], &cs) : -1;
     int fork_errno = errno;
     close_passed(&cs);
     for (int i = 0; i < 3; i++)

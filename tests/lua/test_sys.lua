@@ -273,4 +273,53 @@ tests["read_file: any length, files without a size, a file that grows, a big fil
   T.truthy(peak < 80 * 1024, ("reading 64 MB raised the peak by %d MB"):format(peak // 1024))
 end
 
+-- spawn starts children by vfork: the child shares rlm's memory until it execs, with every
+-- signal blocked. What the child starts with, and what rlm keeps, must be as with fork.
+tests["a spawned child starts with no signal blocked or ignored; rlm keeps its environment"] =
+function()
+  -- rlm ignores SIGPIPE and blocks every signal while it spawns; neither reaches the child
+  local r = assert(sys.run{"/bin/grep", "^Sig[BI]", "/proc/self/status"})
+  T.contains(r.stdout, "SigIgn:\t0000000000000000")
+  T.contains(r.stdout, "SigBlk:\t0000000000000000")
+  -- a bare name is looked up on the PATH of the env given, and rlm's own stays as it was
+  local path, before = sys.getenv("PATH"), sys.environ()
+  local p = assert(sys.spawn{argv = {"sh", "-c", "echo $X"}, env = {X = "given", PATH = "/usr/bin:/bin"}})
+  T.eq(sys.read_line(p, 5), "given")
+  p:close()
+  local none, err = sys.spawn{argv = {"sh", "-c", "true"}, env = {PATH = "/nonexistent"}}
+  T.eq(none, nil)
+  T.contains(err, "No such file")
+  T.eq(sys.getenv("PATH"), path)
+  T.eq(sys.environ(), before)
+  T.eq(sys.getenv("X"), nil)
+end
+
+tests["SIGTERM while rlm spawns children ends it as an interrupt; nothing is left running"] =
+function()
+  local dir = T.tmpdir()
+  local script = dir .. "/spawner.lua"
+  assert(sys.write_file(script, [[
+local sys = require "rlm.sys"
+print("started")
+io.stdout:flush()
+for i = 1, 100000 do
+  local p = assert(sys.spawn{argv = {"/bin/true"}, stdout = "null", stderr = "null", stdin = "null"})
+  sys.wait(p, 5)
+end
+print("not interrupted")
+]]))
+  for _ = 1, 3 do
+    local p = assert(sys.spawn{argv = {T.rlm, "run", script}})
+    T.eq(sys.read_line(p, 10), "started")
+    sys.sleep(0.05 + math.random() * 0.1)
+    p:kill("TERM")
+    T.eq({sys.wait(p, 10)}, {"exit", 143})
+    T.eq(p:read("stdout"), "")
+    p:close()
+  end
+  -- no /bin/true of theirs left behind, stopped or running
+  local ps = assert(sys.run{"/bin/sh", "-c", "ps -eo stat,args | grep '[/]bin/true' || true"})
+  T.eq(ps.stdout, "")
+end
+
 return tests
