@@ -14,7 +14,8 @@
  * open (connections to model servers, descriptors rlm itself inherited) stays out, which
  * matters because the process may be a sandbox.
  *   pass = {[fd] = "bytes"}   fd (>= 3) in the child reads those bytes (a sealed memfd)
- *   uid, gid            the child drops to them (and to no supplementary groups) before exec
+ *   uid, gid            the child drops to them (and to no supplementary groups) before exec;
+ *                       a uid needs a gid
  *   rlimits = {as=, data=, nproc=, nofile=, fsize=, core=, stack=}   soft and hard, in the child
  *   max_line = N        stdout is read only while no complete line waits (the child blocks
  *                       until Lua takes it), and a line past N bytes stops the reading:
@@ -30,7 +31,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -886,6 +886,7 @@ struct child_setup {
     int nlimits, limit_res[8];
     struct rlimit limit_val[8];
     long uid, gid;                 /* -1: unchanged */
+    char **paths;                  /* with an env: where to exec argv[0] from, NULL-terminated */
 };
 
 static void child_fail(int status_fd)
@@ -917,8 +918,10 @@ static int place_passed(const struct child_setup *cs, int *status_fd)
         if (cs->pass_fd[i] >= floor)
             floor = cs->pass_fd[i] + 1;
     int moved[MAX_PASS];
-    if ((*status_fd = fcntl(*status_fd, F_DUPFD_CLOEXEC, floor)) < 0)
-        return -1;
+    int status_moved = fcntl(*status_fd, F_DUPFD_CLOEXEC, floor);
+    if (status_moved < 0)
+        return -1;                 /* reported on the status pipe where it is */
+    *status_fd = status_moved;
     for (int i = 0; i < cs->npass; i++)
         if ((moved[i] = fcntl(cs->pass_src[i], F_DUPFD_CLOEXEC, floor)) < 0)
             return -1;
@@ -929,23 +932,36 @@ static int place_passed(const struct child_setup *cs, int *status_fd)
 }
 
 /* The identity calls are made as raw system calls: glibc's wrappers tell every other thread
- * of the process to change too, and in a vfork child those threads are rlm's own. */
+ * of the process to change too, and in a vfork child those threads are rlm's own. Where the
+ * plain calls take 16-bit ids (i386, 32-bit ARM), the 32-bit ones are used, as glibc does. */
+#ifdef SYS_setresuid32
+#define SYS_SETRESUID SYS_setresuid32
+#define SYS_SETRESGID SYS_setresgid32
+#define SYS_SETGROUPS SYS_setgroups32
+#else
+#define SYS_SETRESUID SYS_setresuid
+#define SYS_SETRESGID SYS_setresgid
+#define SYS_SETGROUPS SYS_setgroups
+#endif
+
 static int drop_privileges(const struct child_setup *cs)
 {
     for (int i = 0; i < cs->nlimits; i++)
         if (setrlimit(cs->limit_res[i], &cs->limit_val[i]) != 0)
             return -1;
-    if (cs->gid >= 0 && (syscall(SYS_setgroups, 0, NULL) != 0 ||
-                         syscall(SYS_setresgid, cs->gid, cs->gid, cs->gid) != 0))
+    if (cs->gid >= 0 && (syscall(SYS_SETGROUPS, 0, NULL) != 0 ||
+                         syscall(SYS_SETRESGID, cs->gid, cs->gid, cs->gid) != 0))
         return -1;
-    if (cs->uid >= 0 && syscall(SYS_setresuid, cs->uid, cs->uid, cs->uid) != 0)
+    if (cs->uid >= 0 && syscall(SYS_SETRESUID, cs->uid, cs->uid, cs->uid) != 0)
         return -1;
     return 0;
 }
 
-/* In the child, before it takes signals again: every caught signal back to its default
- * action (ignored ones too, as SIGPIPE), so that none runs one of rlm's handlers in memory it
- * shares with rlm until exec. */
+/* In the child: every signal rlm handles or ignores back to its default action. exec would
+ * reset the handled ones, not the ignored ones (SIGPIPE); and from here on a signal to the
+ * child acts on the child alone. Before it, one of rlm's handlers may run in the child: it
+ * does what it would do in rlm (note the signal, wake the loop, set a Lua hook), while rlm's
+ * thread is held in vfork, so that is no race. */
 static void default_signals(void)
 {
     struct sigaction dfl = {.sa_handler = SIG_DFL}, old;
@@ -963,10 +979,33 @@ static void wire(int fd, int target)
         dup2(fd, target);
 }
 
+/* Execs argv in the child: from cs->paths with an env (the places its PATH gives, tried as
+ * execvp tries them: past any that is missing or not allowed), else as execvp does. Returns
+ * only on failure, with errno. */
+static void exec_argv(char **argv, char **envp, const struct child_setup *cs)
+{
+    if (envp == NULL) {
+        execvp(argv[0], argv);
+        return;
+    }
+    int denied = 0;
+    for (char **path = cs->paths; *path; path++) {
+        execve(*path, argv, envp);
+        if (errno == EACCES)
+            denied = 1;
+        else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE && errno != ENODEV &&
+                 errno != ETIMEDOUT)
+            return;
+    }
+    if (denied)
+        errno = EACCES;
+}
+
 /* In the vfork child, which shares rlm's memory until it execs: wire stdio and the passed
- * descriptors, close everything else, own process group, limits and identity, cwd, exec.
- * Reports errno on status_fd. It writes only its own stack, and calls nothing that allocates
- * or takes a lock (a thread of rlm's could hold it). Signals come blocked (spawn_child). */
+ * descriptors, close everything else, own process group, signals, limits and identity, cwd,
+ * exec. Reports errno on status_fd. It writes only its own stack (never `environ`: rlm's other
+ * threads read it meanwhile), and calls nothing that allocates or takes a lock (a thread of
+ * rlm's could hold it). */
 static void child_exec(char **argv, char **envp, const char *cwd, int in, int out, int err,
                        int status_fd, const struct child_setup *cs)
 {
@@ -992,32 +1031,62 @@ static void child_exec(char **argv, char **envp, const char *cwd, int in, int ou
         child_fail(status_fd);
     if (cwd && chdir(cwd) != 0)
         child_fail(status_fd);
-    if (envp)
-        environ = envp;   /* rlm's own: spawn_child puts it back (execvp searches its PATH) */
-    execvp(argv[0], argv);
+    exec_argv(argv, envp, cs);
     child_fail(status_fd);
 }
 
 /* Starts the child: vfork, because fork copies rlm's page tables and then every page rlm
  * writes is copied once more, which costs milliseconds once rlm holds a big context (0.7 ms at
- * 3 MB, 4.2 ms at 100 MB, against 0.5 ms for vfork: bench on this machine). rlm waits until the
- * child has called exec or exited. Every signal stays blocked in between, so no handler of
- * rlm's runs in the child. Returns the pid, or -1 with errno. */
+ * 3 MB, 4.2 ms at 100 MB, against 0.5 ms for vfork: bench on this machine). rlm's thread waits
+ * until the child has called exec or exited; no signal is blocked for it (a signal blocked
+ * there would go to another thread of rlm's, a resolver of curl's, and run rlm's handler
+ * beside the Lua thread). Returns the pid, or -1 with errno. */
 static pid_t spawn_child(char **argv, char **envp, const char *cwd, const int child[3],
                          int status_fd, const struct child_setup *cs)
 {
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    char **rlm_environ = environ;
     pid_t pid = vfork();
     if (pid == 0)
         child_exec(argv, envp, cwd, child[0], child[1], child[2], status_fd, cs);
-    int e = errno;
-    environ = rlm_environ;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    errno = e;
     return pid;
+}
+
+/* The places execvp would try for `file` under the PATH of envp (the env the child is given,
+ * not rlm's; without PATH, glibc's default), NULL-terminated, in a userdata pushed on the stack
+ * that holds the strings too. A file with a slash is the one place. Made here so the vfork
+ * child need not change `environ` for execvp. [-0, +1, m] */
+static char **exec_paths(lua_State *L, const char *file, char **envp)
+{
+    const char *path = "/bin:/usr/bin";
+    for (char **e = envp; *e; e++)
+        if (strncmp(*e, "PATH=", 5) == 0) {
+            path = *e + 5;
+            break;
+        }
+    size_t n = 1, len = strlen(file);
+    for (const char *p = path; *p; p++)
+        n += *p == ':';
+    if (strchr(file, '/') || len == 0) {
+        path = "";   /* one place: the file itself (an empty name fails there, as in execvp) */
+        n = 1;
+    }
+    size_t room = (n + 1) * sizeof(char *) + n * (strlen(path) + len + 3);
+    char **paths = lua_newuserdatauv(L, room, 0);
+    char *out = (char *)(paths + n + 1);
+    size_t i = 0;
+    const char *dir = path;
+    do {
+        const char *end = strchrnul(dir, ':');
+        paths[i++] = out;
+        if (*path) {                       /* an empty entry is the working directory */
+            out = mempcpy(out, end > dir ? dir : ".", end > dir ? (size_t)(end - dir) : 1);
+            *out++ = '/';
+        }
+        out = mempcpy(out, file, len);
+        *out++ = '\0';
+        dir = end + 1;
+    } while (*path && dir[-1] == ':');
+    paths[i] = NULL;
+    return paths;
 }
 
 /* A sealed, read-only memfd holding data; -1 with errno on failure. */
@@ -1127,6 +1196,24 @@ static void read_rlimits(lua_State *L, int opts, struct child_setup *cs)
 }
 
 /* An optional non-negative integer field; dflt when absent. */
+/* A uid or gid from opts: -1 when absent; one the kernel would read as "unchanged" (-1 as a
+ * 32-bit id) or would cut short is misuse, never a child left as root. */
+static long opt_id(lua_State *L, int opts, const char *field)
+{
+    lua_getfield(L, opts, field);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        return -1;
+    }
+    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0 ||
+        lua_tointeger(L, -1) >= (lua_Integer)UINT32_MAX)
+        luaL_error(L, "spawn: %s must be a whole number from 0 to %I", field,
+                   (lua_Integer)UINT32_MAX - 1);
+    long v = (long)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
 static lua_Integer opt_count(lua_State *L, int opts, const char *field, lua_Integer dflt)
 {
     lua_getfield(L, opts, field);
@@ -1162,7 +1249,11 @@ static int l_spawn(lua_State *L)
     const char *in_mode = stream_mode(L, 1, "stdin", "pipe");
     const char *out_mode = stream_mode(L, 1, "stdout", "pipe");
     const char *err_mode = stream_mode(L, 1, "stderr", "pipe");
-    struct child_setup cs = {.uid = opt_count(L, 1, "uid", -1), .gid = opt_count(L, 1, "gid", -1)};
+    struct child_setup cs = {.uid = opt_id(L, 1, "uid"), .gid = opt_id(L, 1, "gid")};
+    if (cs.uid >= 0 && cs.gid < 0)
+        return luaL_error(L, "spawn: uid needs gid too (the child's groups change with it)");
+    if (envp)
+        cs.paths = exec_paths(L, argv[0], envp);
     read_rlimits(L, 1, &cs);
     size_t max_line = (size_t)opt_count(L, 1, "max_line", 0);
     size_t max_stderr = (size_t)opt_count(L, 1, "max_stderr", 0);

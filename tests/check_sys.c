@@ -1,4 +1,14 @@
 /* check_sys.c — lsys.c: files, processes and their pipes on the loop. */
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <lauxlib.h>
 
 #include "check_host.h"
@@ -59,6 +69,171 @@ START_TEST(misuse_raises_with_a_clear_message)
 }
 END_TEST
 
+/* spawn starts children by vfork: the child shares rlm's memory until it execs, while rlm's
+ * other threads (curl's threaded resolver: getaddrinfo reads LOCALDOMAIN, RES_OPTIONS,
+ * HOSTALIASES) run on. The child must never point `environ` at the env it was given (as
+ * execvp would need): those threads would read the child's environment. */
+extern char **environ;
+static atomic_int env_watching;
+static atomic_long env_foreign, env_probe_seen;
+
+static void *watch_environ(void *arg)
+{
+    char **own = arg;
+    while (atomic_load(&env_watching)) {
+        char **now = *(char **volatile *)&environ;
+        if (now != own)
+            atomic_fetch_add(&env_foreign, 1);
+        const char *v = getenv("RLM_VFORK_PROBE");
+        if (v != NULL && strcmp(v, "child") == 0)
+            atomic_fetch_add(&env_probe_seen, 1);
+    }
+    return NULL;
+}
+
+START_TEST(spawn_never_shows_other_threads_the_childs_environment)
+{
+    unsetenv("RLM_VFORK_PROBE");
+    atomic_store(&env_watching, 1);
+    atomic_store(&env_foreign, 0);
+    atomic_store(&env_probe_seen, 0);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, watch_environ, environ), 0);
+    run_lua(L, "local sys = require 'rlm.sys'\n"
+               "for _ = 1, 300 do\n"
+               "  local p = assert(sys.spawn{argv = {'true'}, stdin = 'null', stdout = 'null',\n"
+               "                             stderr = 'null',\n"
+               "                             env = {RLM_VFORK_PROBE = 'child', PATH = '/usr/bin:/bin'}})\n"
+               "  assert(sys.wait(p, 5) == 'exit')\n"
+               "  p:close()\n"
+               "end");
+    atomic_store(&env_watching, 0);
+    pthread_join(t, NULL);
+    ck_assert_msg(atomic_load(&env_foreign) == 0 && atomic_load(&env_probe_seen) == 0,
+                  "another thread saw environ swapped %ld times, the child's RLM_VFORK_PROBE %ld "
+                  "times", atomic_load(&env_foreign), atomic_load(&env_probe_seen));
+}
+END_TEST
+
+/* A SIGINT/SIGTERM/SIGHUP sent to rlm while it spawns must be handled on the Lua thread. Were
+ * rlm's thread to block signals around vfork, the kernel would hand them to another thread of
+ * rlm's that has them unblocked (curl's resolver threads do), whose handler would call
+ * lua_sethook on the Lua state the main thread is running: a data race on L->ci. */
+static atomic_int sig_running;
+static atomic_long sig_in_helper;
+
+static void *signal_helper(void *arg)
+{
+    (void)arg;
+    while (atomic_load(&sig_running))
+        if (poll(NULL, 0, 5) < 0)          /* EINTR: one of rlm's handlers ran on this thread */
+            atomic_fetch_add(&sig_in_helper, 1);
+    return NULL;
+}
+
+static void *signal_sender(void *arg)
+{
+    sigset_t hup;
+    sigemptyset(&hup);
+    sigaddset(&hup, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &hup, NULL);
+    for (int i = 0; i < 400 && atomic_load(&sig_running); i++) {
+        kill(getpid(), SIGHUP);
+        usleep(2000);
+    }
+    return NULL;
+}
+
+START_TEST(signals_during_spawn_are_handled_on_the_lua_thread)
+{
+    host_install_signals(L);
+    atomic_store(&sig_running, 1);
+    atomic_store(&sig_in_helper, 0);
+    pthread_t helper, sender;
+    ck_assert_int_eq(pthread_create(&helper, NULL, signal_helper, NULL), 0);
+    ck_assert_int_eq(pthread_create(&sender, NULL, signal_sender, NULL), 0);
+    /* each spawn in its own protected call: an interrupt raised anywhere just ends that one */
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        /* a long PATH to search keeps the child (and so the window) busy for a while */
+        if (luaL_loadstring(L, "local sys = require 'rlm.sys'\n"
+                               "local path = ('/nonexistent:'):rep(250) .. '/usr/bin:/bin'\n"
+                               "local p = assert(sys.spawn{argv = {'true'}, stdin = 'null',\n"
+                               "                           stdout = 'null', stderr = 'null',\n"
+                               "                           env = {PATH = path}})\n"
+                               "local _ <close> = p\n"
+                               "sys.wait(p, 5)") == LUA_OK)
+            host_pcall(L, 0, 0);
+        lua_settop(L, 0);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while (now.tv_sec - t0.tv_sec < 1);
+    atomic_store(&sig_running, 0);
+    pthread_join(sender, NULL);
+    pthread_join(helper, NULL);
+    struct sigaction dfl = {.sa_handler = SIG_DFL};   /* CK_FORK=no: later tests keep defaults */
+    sigaction(SIGINT, &dfl, NULL);
+    sigaction(SIGTERM, &dfl, NULL);
+    sigaction(SIGHUP, &dfl, NULL);
+    sigaction(SIGQUIT, &dfl, NULL);
+    host_signal = 0;
+    ck_assert_msg(atomic_load(&sig_in_helper) == 0,
+                  "rlm's signal handler ran %ld times on a thread other than the Lua thread",
+                  atomic_load(&sig_in_helper));
+}
+END_TEST
+
+/* The child changes identity by raw system calls, which act on the calling task alone: with
+ * another thread of rlm running, the child is exactly uid/gid 65534 with no groups, and rlm and
+ * its other thread stay as they were. */
+static atomic_int idle_running;
+static atomic_int idle_tid;
+
+static void *idle_thread(void *arg)
+{
+    (void)arg;
+    atomic_store(&idle_tid, (int)gettid());
+    while (atomic_load(&idle_running))
+        usleep(1000);
+    return NULL;
+}
+
+START_TEST(spawn_drops_the_child_alone_to_its_uid_and_gid)
+{
+    if (geteuid() != 0)
+        return;                      /* only root can change a child's identity */
+    atomic_store(&idle_running, 1);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, idle_thread, NULL), 0);
+    while (atomic_load(&idle_tid) == 0)
+        usleep(1000);
+    run_lua(L, "local sys = require 'rlm.sys'\n"
+               "for _, ids in ipairs{{uid = 65534, gid = 65534}, {gid = 65534}} do\n"
+               "  local r = assert(sys.run({'/bin/grep', '-E', '^(Uid|Gid|Groups):',\n"
+               "                            '/proc/self/status'}, ids))\n"
+               "  local u, g = tostring(ids.uid or 0), tostring(ids.gid)\n"
+               "  assert(r.stdout:find('Uid:\\t' .. u .. '\\t' .. u .. '\\t' .. u .. '\\t' .. u .. '\\n', 1, true), r.stdout)\n"
+               "  assert(r.stdout:find('Gid:\\t' .. g .. '\\t' .. g .. '\\t' .. g .. '\\t' .. g .. '\\n', 1, true), r.stdout)\n"
+               "  assert(r.stdout:match('Groups:%s*$'), r.stdout)\n"
+               "end");
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", atomic_load(&idle_tid));
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    int uid_ok = 0, gid_ok = 0;
+    while (fgets(line, sizeof line, f)) {
+        uid_ok |= strcmp(line, "Uid:\t0\t0\t0\t0\n") == 0;
+        gid_ok |= strcmp(line, "Gid:\t0\t0\t0\t0\n") == 0;
+    }
+    fclose(f);
+    atomic_store(&idle_running, 0);
+    pthread_join(t, NULL);
+    ck_assert_msg(uid_ok && gid_ok, "rlm's other thread changed identity");
+    ck_assert_int_eq(geteuid(), 0);
+    ck_assert_int_eq(getegid(), 0);
+}
+END_TEST
+
 Suite *make_sys_suite(void)
 {
     Suite *s = suite_create("sys");
@@ -67,6 +242,9 @@ Suite *make_sys_suite(void)
     tcase_add_test(tc, atomic_write_replaces_and_leaves_no_temp_files);
     tcase_add_test(tc, process_output_and_exit_status);
     tcase_add_test(tc, misuse_raises_with_a_clear_message);
+    tcase_add_test(tc, spawn_never_shows_other_threads_the_childs_environment);
+    tcase_add_test(tc, signals_during_spawn_are_handled_on_the_lua_thread);
+    tcase_add_test(tc, spawn_drops_the_child_alone_to_its_uid_and_gid);
     suite_add_tcase(s, tc);
     return s;
 }
