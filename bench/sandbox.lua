@@ -153,29 +153,40 @@ local function reset_peak()
   local f = assert(io.open("/proc/self/clear_refs", "w")); f:write("5"); f:close()
   return memory("VmRSS")
 end
+local function median3(xs)
+  table.sort(xs)
+  return xs[2]
+end
 do
+  -- each way three times: the time is the median, the memory the highest peak
   local interp <close> = rlm.interpreter{limits = {submit = "256M", output = "256M"}}
   interp:execute("pass")
   local value = 100 * MB
   local big = string.rep("a", value)
-  local before = reset_peak() - value
-  local t0 = sys.now()
-  local out, run = interp:execute("SUBMIT(n=len(v))", {v = big})
-  assert(out, run.error)
-  local into, into_held = sys.now() - t0, memory("VmHWM") - before
-  assert(out.n == #big)
-  t0 = sys.now()
-  local r = assert(sys.run({"/usr/bin/wc", "-c"}, {input = big, timeout = 60}))
-  local floor = sys.now() - t0
-  assert(tonumber(r.stdout:match("%d+")) == #big)
+  local into, floor, back, into_held, back_held = {}, {}, {}, 0, 0
+  for i = 1, 3 do
+    local before = reset_peak() - value
+    local t0 = sys.now()
+    local out, run = interp:execute("SUBMIT(n=len(v))", {v = big})
+    assert(out, run.error)
+    into[i], into_held = sys.now() - t0, math.max(into_held, memory("VmHWM") - before)
+    assert(out.n == #big)
+    t0 = sys.now()
+    local r = assert(sys.run({"/usr/bin/wc", "-c"}, {input = big, timeout = 60}))
+    floor[i] = sys.now() - t0
+    assert(tonumber(r.stdout:match("%d+")) == #big)
+  end
   big = nil
-  before = reset_peak()
-  t0 = sys.now()
-  out, run = interp:execute("SUBMIT(s='b' * (100 * 1024 * 1024))")
-  assert(out, run.error)
-  local back, back_held = sys.now() - t0, memory("VmHWM") - before
-  assert(#out.s == value)
+  interp:execute("del v")
+  for i = 1, 3 do
+    local before = reset_peak()
+    local t0 = sys.now()
+    local out, run = interp:execute("SUBMIT(s='b' * (100 * 1024 * 1024))")
+    assert(out, run.error)
+    back[i], back_held = sys.now() - t0, math.max(back_held, memory("VmHWM") - before)
+    assert(#out.s == value)
+  end
   print(("big value 100 MB variable in %.2f s (host held %.2fx the value at its peak), SUBMIT " ..
-         "back %.2f s (%.2fx); floor: a pipe to wc -c %.2f s"):format(into, into_held / value, back,
-         back_held / value, floor))
+         "back %.2f s (%.2fx); floor: a pipe to wc -c %.2f s (medians of 3)"):format(median3(into),
+         into_held / value, median3(back), back_held / value, median3(floor)))
 end
