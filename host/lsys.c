@@ -979,9 +979,24 @@ static void wire(int fd, int target)
         dup2(fd, target);
 }
 
+/* Runs the file at path with /bin/sh, as execvp does for a file without a "#!" line; its
+ * argument list is on the child's own stack. Returns only on failure. */
+static void exec_script(const char *path, char **argv, char **envp)
+{
+    int argc = 0;
+    while (argv[argc])
+        argc++;
+    char *sh_argv[argc + 2];
+    sh_argv[0] = "/bin/sh";
+    sh_argv[1] = (char *)path;
+    for (int i = 1; i <= argc; i++)   /* argv[1..] and its NULL */
+        sh_argv[i + 1] = argv[i];
+    execve(sh_argv[0], sh_argv, envp);
+}
+
 /* Execs argv in the child: from cs->paths with an env (the places its PATH gives, tried as
- * execvp tries them: past any that is missing or not allowed), else as execvp does. Returns
- * only on failure, with errno. */
+ * execvp tries them: past any that is missing or not allowed, a file without "#!" by
+ * /bin/sh), else as execvp does. Returns only on failure, with errno. */
 static void exec_argv(char **argv, char **envp, const struct child_setup *cs)
 {
     if (envp == NULL) {
@@ -991,6 +1006,10 @@ static void exec_argv(char **argv, char **envp, const struct child_setup *cs)
     int denied = 0;
     for (char **path = cs->paths; *path; path++) {
         execve(*path, argv, envp);
+        if (errno == ENOEXEC) {
+            exec_script(*path, argv, envp);
+            return;
+        }
         if (errno == EACCES)
             denied = 1;
         else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE && errno != ENODEV &&

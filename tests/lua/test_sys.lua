@@ -297,6 +297,17 @@ function()
   T.eq(sys.getenv("PATH"), path)
   T.eq(sys.environ(), before)
   T.eq(sys.getenv("X"), nil)
+  -- a file without "#!" runs under /bin/sh, given an env or not, by name or by path
+  local dir = T.tmpdir()
+  assert(sys.write_file(dir .. "/bare-script", "echo ran \"$@\" $X\n"))
+  assert(sys.chmod(dir .. "/bare-script", tonumber("755", 8)))
+  for _, opts in ipairs{{argv = {dir .. "/bare-script", "a b"}},
+                        {argv = {dir .. "/bare-script", "a b"}, env = {X = "with-env"}},
+                        {argv = {"bare-script", "a b"}, env = {X = "by-name", PATH = "/nonexistent:" .. dir}}} do
+    local q = assert(sys.spawn(opts))
+    T.eq(sys.read_line(q, 5), ("ran a b %s"):format(opts.env and opts.env.X or ""):gsub(" $", ""))
+    q:close()
+  end
 end
 
 tests["SIGTERM while rlm spawns children ends it as an interrupt; nothing is left running"] =
