@@ -1087,14 +1087,20 @@ static struct batch *check_batch(lua_State *L, int arg)
     return luaL_checkudata(L, arg, BATCH);
 }
 
-/* The batch at arg, to be changed: not while one of its requests is being read (Lua code a
- * request runs cannot pull the slots from under it), not once cancelled. */
-static struct batch *check_idle_batch(lua_State *L, int arg)
+/* Raises while one of b's requests is being read: Lua code a request runs (its __index) cannot
+ * pull the slots from under it. */
+static void refuse_while_starting(lua_State *L, const struct batch *b)
 {
-    struct batch *b = check_batch(L, arg);
     if (b->starting)
         luaL_error(L, "the llm batch is starting a request; it cannot be stepped or cancelled "
                       "from the request's own fields");
+}
+
+/* The batch at arg, to be stepped: not while it starts a request, not once cancelled. */
+static struct batch *check_idle_batch(lua_State *L, int arg)
+{
+    struct batch *b = check_batch(L, arg);
+    refuse_while_starting(L, b);
     if (b->cancelled)
         luaL_error(L, "the llm batch was cancelled");
     return b;
@@ -1158,7 +1164,6 @@ static int l_batch(lua_State *L)
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_Integer concurrency = luaL_checkinteger(L, 2);
     luaL_argcheck(L, concurrency >= 1, 2, "concurrency must be at least 1");
-    refuse_after_interrupt(L);
     lua_Integer n = luaL_len(L, 1);
     luaL_argcheck(L, n >= 0 && n < INT_MAX, 1, "too many requests");
     struct batch *b = lua_newuserdatauv(L, sizeof *b, 3);
@@ -1223,13 +1228,12 @@ static int batch_id(lua_State *L)
     return 1;
 }
 
-/* Stops every call still running; also __gc and __close (where a batch already cancelled is
- * no misuse, nor one that is starting a request: __close runs when that raises). */
+/* Stops every call still running; also __gc and __close. Cancelling twice is no misuse;
+ * cancelling from a request's own fields while the batch starts it is. */
 static int batch_cancel(lua_State *L)
 {
     struct batch *b = check_batch(L, 1);
-    if (b->starting)
-        check_idle_batch(L, 1);   /* raises */
+    refuse_while_starting(L, b);
     b->cancelled = 1;
     for (int slot = 0; slot < b->nslots; slot++)
         release(&b->calls[slot]);

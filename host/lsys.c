@@ -1214,37 +1214,36 @@ static void read_rlimits(lua_State *L, int opts, struct child_setup *cs)
     lua_pop(L, 1);
 }
 
-/* An optional non-negative integer field; dflt when absent. */
-/* A uid or gid from opts: -1 when absent; one the kernel would read as "unchanged" (-1 as a
- * 32-bit id) or would cut short is misuse, never a child left as root. */
-static long opt_id(lua_State *L, int opts, const char *field)
-{
-    lua_getfield(L, opts, field);
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        return -1;
-    }
-    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0 ||
-        lua_tointeger(L, -1) >= (lua_Integer)UINT32_MAX)
-        luaL_error(L, "spawn: %s must be a whole number from 0 to %I", field,
-                   (lua_Integer)UINT32_MAX - 1);
-    long v = (long)lua_tointeger(L, -1);
-    lua_pop(L, 1);
-    return v;
-}
-
-static lua_Integer opt_count(lua_State *L, int opts, const char *field, lua_Integer dflt)
+/* An optional integer field from 0 to max; dflt when absent. */
+static lua_Integer opt_upto(lua_State *L, int opts, const char *field, lua_Integer dflt,
+                            lua_Integer max)
 {
     lua_getfield(L, opts, field);
     if (lua_isnil(L, -1)) {
         lua_pop(L, 1);
         return dflt;
     }
-    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0)
-        luaL_error(L, "spawn: %s must be a whole number", field);
     lua_Integer v = lua_tointeger(L, -1);
+    if (!lua_isinteger(L, -1) || v < 0 || v > max) {
+        if (max == LUA_MAXINTEGER)
+            luaL_error(L, "spawn: %s must be a whole number", field);
+        luaL_error(L, "spawn: %s must be a whole number from 0 to %I", field, max);
+    }
     lua_pop(L, 1);
     return v;
+}
+
+/* An optional non-negative integer field; dflt when absent. */
+static lua_Integer opt_count(lua_State *L, int opts, const char *field, lua_Integer dflt)
+{
+    return opt_upto(L, opts, field, dflt, LUA_MAXINTEGER);
+}
+
+/* A uid or gid from opts: -1 when absent; one the kernel would read as "unchanged" (-1 as a
+ * 32-bit id) or would cut short is misuse, never a child left as root. */
+static long opt_id(lua_State *L, int opts, const char *field)
+{
+    return (long)opt_upto(L, opts, field, -1, (lua_Integer)UINT32_MAX - 1);
 }
 
 static int set_nonblock(int fd)

@@ -276,7 +276,7 @@ local function tally(sum, creq, res, price, err)
   if res.model == "" then res.model = creq.model end
   local usage = res.usage
   local i, o = usage.input_tokens, usage.output_tokens
-  local cost = price and (i * price.input + o * price.output) / 1e6 or 0
+  local cost = priced_cost(price or nil, usage)
   res.cost = cost
   sum.calls, sum.input_tokens, sum.output_tokens = sum.calls + 1, sum.input_tokens + i,
     sum.output_tokens + o
@@ -375,10 +375,6 @@ function M.complete(req)
   return run(prepare(req, 2))
 end
 
---- Many calls at once, at most opts.concurrency (default llm.concurrency) in flight. Returns
--- the results in input order; a failed call's slot is a failed item (async.failure), and the
--- others are unaffected. A request that cannot be sent at all (no key, an
--- unknown provider) fails its own slot (kind "misuse"), not the batch.
 local function batch_concurrency(opts, level)
   local concurrency = opts and opts.concurrency or M.concurrency
   if type(concurrency) ~= "number" or concurrency ~= concurrency then
@@ -416,6 +412,10 @@ local function run_prepared(creqs, slots, out, streams, concurrency)
   return out
 end
 
+--- Many calls at once, at most opts.concurrency (default llm.concurrency) in flight. Returns
+-- the results in input order; a failed call's slot is a failed item (async.failure), and the
+-- others are unaffected. A request that cannot be sent at all (no key, an
+-- unknown provider) fails its own slot (kind "misuse"), not the batch.
 function M.batch(reqs, opts)
   if type(reqs) ~= "table" then error("llm.batch takes a list of requests", 2) end
   local concurrency = batch_concurrency(opts, 2)

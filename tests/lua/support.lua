@@ -74,6 +74,13 @@ function T.tmpdir()
   return dir
 end
 
+--- Writes a Lua script (src) into a temporary directory; returns its path, for `rlm run`.
+function T.lua_script(src)
+  local path = T.tmpdir() .. "/script.lua"
+  assert(sys.write_file(path, src))
+  return path
+end
+
 --- Starts a stand-in server (argv without --port) and waits for its READY line.
 -- Returns {url = "http://127.0.0.1:P", proc = process}; it is stopped after the test.
 function T.server(argv, timeout)

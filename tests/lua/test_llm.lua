@@ -593,9 +593,8 @@ end
 -- Runs a Lua script in a child rlm (`rlm run`), argv passed as its `...`; sh_prefix (optional)
 -- is shell run before it (a ulimit, say). Returns sys.run's result: code, stdout, stderr.
 local function child_script(src, args, sh_prefix)
-  local path = T.tmpdir() .. "/child.lua"
-  assert(sys.write_file(path, src))
-  local argv = {"/bin/sh", "-c", (sh_prefix or ":") .. ' && exec "$0" run "$@"', T.rlm, path}
+  local argv = {"/bin/sh", "-c", (sh_prefix or ":") .. ' && exec "$0" run "$@"', T.rlm,
+                T.lua_script(src)}
   for _, a in ipairs(args or {}) do argv[#argv + 1] = a end
   return assert(sys.run(argv, {timeout = 60}))
 end

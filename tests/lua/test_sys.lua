@@ -312,9 +312,7 @@ end
 
 tests["SIGTERM while rlm spawns children ends it as an interrupt; nothing is left running"] =
 function()
-  local dir = T.tmpdir()
-  local script = dir .. "/spawner.lua"
-  assert(sys.write_file(script, [[
+  local script = T.lua_script([[
 local sys = require "rlm.sys"
 print("started")
 io.stdout:flush()
@@ -323,7 +321,7 @@ for i = 1, 100000 do
   sys.wait(p, 5)
 end
 print("not interrupted")
-]]))
+]])
   for _ = 1, 3 do
     local p = assert(sys.spawn{argv = {T.rlm, "run", script}})
     T.eq(sys.read_line(p, 10), "started")
@@ -344,14 +342,12 @@ end
 -- a process that exited 127 instead of nil, message).
 tests["spawn refuses, rather than reporting a start, when the status pipe cannot be placed"] =
 function()
-  local dir = T.tmpdir()
-  local script = dir .. "/lowfd.lua"
-  assert(sys.write_file(script, [[
+  local script = T.lua_script([[
 local sys = require "rlm.sys"
 local p, err = sys.spawn{argv = {"/bin/true"}, stdin = "null", stdout = "null",
                          stderr = "null", pass = {[100] = "x"}}
 if p then print("started", sys.wait(p, 5)) else print("refused", err) end
-]]))
+]])
   local r = assert(sys.run({T.rlm, "run", script}, {rlimits = {nofile = 64}, timeout = 20}))
   T.eq(r.stdout:match("^%a+"), "refused", r.stdout)
 end
