@@ -35,7 +35,7 @@ build/.dir:
 	@mkdir -p build && touch $@
 
 # bin2c compiles the lua/ modules with the liblua rlm links, so the bytecode always matches.
-build/bin2c: host/bin2c.c | build/.dir
+build/bin2c: host/bin2c.c host/fnv.h | build/.dir
 	$(CC) -O2 $(shell pkg-config --cflags lua5.4) -o $@ $< $(shell pkg-config --libs lua5.4)
 
 build/seccomp_gen: host/seccomp.c | build/.dir

@@ -2,6 +2,8 @@
  *   version                 the rlm version string
  *   resource(path)          an embedded file's bytes ("lua/rlm/driver.py", "skills/x/SKILL.md"),
  *                           or nil; a file under RLM_LUA_PATH overrides a lua/ resource
+ *   digest(path)            sys.hash(resource(path)), made when rlm is built for an embedded
+ *                           file (a cache key that costs nothing at start), or nil
  *   resources(prefix)       sorted list of embedded paths that start with prefix */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +11,7 @@
 
 #include <lauxlib.h>
 
+#include "fnv.h"
 #include "host.h"
 
 /* Looks for lua/<rest> as <dir>/<rest> in each RLM_LUA_PATH directory; pushes it if found. */
@@ -56,6 +59,26 @@ static int l_resource(lua_State *L)
     return 1;
 }
 
+static int l_digest(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    uint64_t h;
+    if (push_override(L, path)) {
+        size_t len;
+        const char *data = lua_tolstring(L, -1, &len);
+        h = fnv1a64(data, len);
+    } else {
+        const struct embedded_file *f = host_embedded(path);
+        if (f == NULL)
+            return 0;
+        h = f->digest;
+    }
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    lua_pushstring(L, hex);
+    return 1;
+}
+
 static int l_resources(lua_State *L)
 {
     size_t plen;
@@ -71,7 +94,7 @@ static int l_resources(lua_State *L)
 }
 
 static const luaL_Reg host_funcs[] = {
-    {"resource", l_resource}, {"resources", l_resources}, {NULL, NULL}};
+    {"resource", l_resource}, {"digest", l_digest}, {"resources", l_resources}, {NULL, NULL}};
 
 int luaopen_rlm_core_host(lua_State *L)
 {

@@ -14,6 +14,8 @@
  * open (connections to model servers, descriptors rlm itself inherited) stays out, which
  * matters because the process may be a sandbox.
  *   pass = {[fd] = "bytes"}   fd (>= 3) in the child reads those bytes (a sealed memfd)
+ *          {[fd] = {file = path}}  ... or the file at path, opened read-only (a failed open
+ *                                  fails the spawn)
  *   uid, gid            the child drops to them (and to no supplementary groups) before exec;
  *                       a uid needs a gid
  *   rlimits = {as=, data=, nproc=, nofile=, fsize=, core=, stack=}   soft and hard, in the child
@@ -24,7 +26,9 @@
  *   pipe_size = N       asks for stdin and stdout pipes of N bytes (fewer wake-ups for big
  *                       transfers; the kernel may give less)
  * p:write(s, ...) holds the strings by reference until written, never copying them; p:expect(n) then
- * p:payload() take n raw bytes of stdout as one string, read in place (adopt.h). */
+ * p:payload() take n raw bytes of stdout as one string, read in place (adopt.h).
+ * p:close([wait]) (also __close and __gc) kills the process and its group if it still runs and
+ * closes its pipes; it waits for the end only when told to (the killed child is reaped later). */
 #include <dirent.h>
 #include <grp.h>
 #include <errno.h>
@@ -50,6 +54,7 @@
 #include <lauxlib.h>
 
 #include "adopt.h"
+#include "fnv.h"
 #include "buf.h"
 #include "host.h"
 #include "loop.h"
@@ -481,12 +486,9 @@ static const struct {
 static int l_hash(lua_State *L)
 {
     size_t len;
-    const unsigned char *p = (const unsigned char *)luaL_checklstring(L, 1, &len);
-    uint64_t h = 0xcbf29ce484222325u;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ p[i]) * 0x100000001b3u;
+    const char *p = luaL_checklstring(L, 1, &len);
     char hex[17];
-    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv1a64(p, len));
     lua_pushstring(L, hex);
     return 1;
 }
@@ -793,12 +795,76 @@ static void release_written(lua_State *L, struct process *p)
     }
 }
 
-static void process_release(struct process *p)
+/* Children killed by a release that had not exited by then. A release need not wait for them
+ * (about 0.3 ms: the exit runs on another CPU, which first has to wake): each is reaped by the
+ * loop when its pidfd says it has ended, or at a later spawn or release, or by init when rlm
+ * ends. Killed, they hold nothing but a pid. A free slot has pid 0. */
+#define MAX_UNREAPED 64
+static struct unreaped {
+    pid_t pid;
+    int pidfd;
+    loop *lp;                     /* the loop that watches pidfd */
+} unreaped[MAX_UNREAPED];
+
+/* Reaps u's child if it has ended, and frees the slot. lp is a live loop: unwatching a pidfd
+ * that another loop watched is a no-op there (the fd is ours until closed). */
+static void reap_slot(struct unreaped *u, loop *lp)
+{
+    pid_t r;
+    do
+        r = waitpid(u->pid, NULL, WNOHANG);
+    while (r < 0 && errno == EINTR);
+    if (r == 0)
+        return;
+    if (u->pidfd >= 0) {
+        loop_unwatch(lp, u->pidfd);
+        close(u->pidfd);
+    }
+    u->pid = 0;
+}
+
+static void on_unreaped_exit(void *ud, int fd, short revents)
+{
+    struct unreaped *u = ud;
+    reap_slot(u, u->lp);
+}
+
+static void reap_unreaped(loop *lp)
+{
+    for (int i = 0; i < MAX_UNREAPED; i++)
+        if (unreaped[i].pid > 0)
+            reap_slot(&unreaped[i], lp);
+}
+
+static void leave_unreaped(struct process *p)
+{
+    reap_unreaped(p->lp);
+    struct unreaped *u = NULL;
+    for (int i = 0; i < MAX_UNREAPED && u == NULL; i++)
+        if (unreaped[i].pid == 0)
+            u = &unreaped[i];
+    if (u == NULL) {
+        reap(p, 0);
+        return;
+    }
+    *u = (struct unreaped){p->pid, -1, p->lp};
+    if (p->pidfd >= 0 && loop_retarget(p->lp, p->pidfd, on_unreaped_exit, u) == 0) {
+        u->pidfd = p->pidfd;      /* the slot's now */
+        p->pidfd = -1;
+    }
+    p->exited = 1;                /* nothing waits for it any more; SIGKILL is its end */
+    p->wstatus = SIGKILL;
+}
+
+/* Kills the process if it still runs; with wait, returns once it has ended. */
+static void process_release(struct process *p, int wait)
 {
     if (p->pid > 0 && !p->exited) {
         kill(-p->pid, SIGKILL);       /* the whole group: bwrap and what runs inside it */
         kill(p->pid, SIGKILL);
-        reap(p, 0);
+        reap(p, wait ? 0 : WNOHANG);
+        if (!p->exited)
+            leave_unreaped(p);
     }
     close_fd(p, &p->in_fd);
     close_fd(p, &p->fds[OUT]);
@@ -816,7 +882,7 @@ static void process_release(struct process *p)
 
 static int process_gc(lua_State *L)
 {
-    process_release(check_process(L, 1));
+    process_release(check_process(L, 1), 0);
     return 0;
 }
 
@@ -1132,7 +1198,7 @@ static void close_passed(struct child_setup *cs)
 }
 
 /* Reads opts.pass into cs, opening each descriptor; raises on misuse (after closing what it
- * opened), returns -1 with errno when the system refuses. */
+ * opened), returns -1 with errno when the system refuses, with what it was doing pushed. */
 static int read_pass(lua_State *L, int opts, struct child_setup *cs)
 {
     if (lua_getfield(L, opts, "pass") == LUA_TNIL) {
@@ -1151,8 +1217,23 @@ static int read_pass(lua_State *L, int opts, struct child_setup *cs)
             size_t len;
             const char *data = lua_tolstring(L, -1, &len);
             src = sealed_memfd(data, len);
+            if (src < 0) {
+                int e = errno;
+                lua_pushliteral(L, "spawn: cannot prepare the passed descriptors");
+                errno = e;
+            }
+        } else if (why == NULL && lua_type(L, -1) == LUA_TTABLE &&
+                   lua_getfield(L, -1, "file") == LUA_TSTRING) {
+            /* the file itself, read-only: rlm makes no copy of it */
+            const char *path = lua_tostring(L, -1);
+            src = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+            if (src < 0) {
+                int e = errno;
+                lua_pushfstring(L, "spawn: cannot pass %s", path);
+                errno = e;
+            }
         } else if (why == NULL) {
-            why = "spawn: each pass value must be a string";
+            why = "spawn: each pass value must be a string or {file = path}";
         }
         if (why) {
             close_passed(cs);
@@ -1164,6 +1245,8 @@ static int read_pass(lua_State *L, int opts, struct child_setup *cs)
             errno = e;
             return -1;
         }
+        if (lua_istable(L, -2))
+            lua_pop(L, 1);            /* the file field, above its table */
         cs->pass_fd[cs->npass] = (int)fd;
         cs->pass_src[cs->npass++] = src;
         lua_pop(L, 1);
@@ -1254,6 +1337,7 @@ static int set_nonblock(int fd)
 static int l_spawn(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
+    reap_unreaped(loop_get(L));
     if (lua_getfield(L, 1, "argv") != LUA_TTABLE || luaL_len(L, -1) < 1)
         return luaL_error(L, "spawn: argv must be a non-empty list of strings");
     char **argv = string_vector(L, lua_absindex(L, -1), 0);     // [.., argv, argvud]
@@ -1277,7 +1361,7 @@ static int l_spawn(lua_State *L)
     size_t max_stderr = (size_t)opt_count(L, 1, "max_stderr", 0);
     int pipe_size = (int)opt_count(L, 1, "pipe_size", 0);
     if (read_pass(L, 1, &cs) != 0)
-        return fail_errno(L, "spawn: cannot prepare the passed descriptors");
+        return fail_errno(L, lua_tostring(L, -1));
 
     loop *lp = loop_get(L);
     struct process *p = lua_newuserdatauv(L, sizeof *p, 1);
@@ -1346,7 +1430,7 @@ static int l_spawn(lua_State *L)
         if (pid > 0)
             reap(p, 0);
         p->pid = 0;
-        process_release(p);
+        process_release(p, 0);
         errno = pid < 0 ? fork_errno : exec_errno;
         return fail_errno(L, lua_pushfstring(L, "cannot run '%s'", argv[0]));
     }
@@ -1576,7 +1660,7 @@ static int p_kill(lua_State *L)
 
 static int p_close(lua_State *L)
 {
-    process_release(check_process(L, 1));
+    process_release(check_process(L, 1), lua_toboolean(L, 2));
     return 0;
 }
 

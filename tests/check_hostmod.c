@@ -78,6 +78,23 @@ START_TEST(resources_lists_a_prefix_sorted)
 }
 END_TEST
 
+START_TEST(a_digest_is_the_hash_of_the_resource)
+{
+    /* Made at build time for each embedded file: it must be what sys.hash makes of the bytes
+     * resource returns (bytecode for a lua/ module), or a cache keyed on it goes stale. */
+    run_lua(L, "local sys = require 'rlm.core.sys'\n"
+               "local n = 0\n"
+               "for _, p in ipairs(host.resources()) do\n"
+               "  assert(host.digest(p) == sys.hash(host.resource(p)), p)\n"
+               "  n = n + 1\n"
+               "end\n"
+               "assert(n > 10, n)\n"
+               "assert(host.digest('lua/rlm/driver.py') ~= host.digest('lua/rlm/cli.lua'))\n"
+               "assert(select('#', host.digest('lua/rlm/no-such-file.py')) == 0)\n"
+               "assert(not pcall(host.digest))");
+}
+END_TEST
+
 static void write_file(const char *path, const char *data, size_t len)
 {
     FILE *f = fopen(path, "wb");
@@ -106,7 +123,8 @@ START_TEST(rlm_lua_path_overrides_lua_resources_only)
     snprintf(env, sizeof env, "::/nonexistent:%s", dir);   /* empty and missing entries pass */
     setenv("RLM_LUA_PATH", env, 1);
     run_lua(L, "local d = host.resource('lua/rlm/driver.py')\n"
-               "assert(#d == 20000 and not d:find('[^z]'), #d)");
+               "assert(#d == 20000 and not d:find('[^z]'), #d)\n"
+               "assert(host.digest('lua/rlm/driver.py') == require('rlm.core.sys').hash(d))");
     lua_pushstring(L, dir);
     lua_setglobal(L, "dir");
     run_lua(L, "assert(host.resource('lua/skills/x.md') == 'not a lua/ resource')\n"
@@ -124,6 +142,7 @@ Suite *make_hostmod_suite(void)
     tcase_add_test(tc, the_version_is_the_binary_s);
     tcase_add_test(tc, a_resource_is_the_embedded_bytes);
     tcase_add_test(tc, resources_lists_a_prefix_sorted);
+    tcase_add_test(tc, a_digest_is_the_hash_of_the_resource);
     tcase_add_test(tc, rlm_lua_path_overrides_lua_resources_only);
     suite_add_tcase(s, tc);
     return s;

@@ -209,7 +209,7 @@ local i = require("rlm").interpreter{}
 i:start()
 print(i.sandbox.root .. " " .. i:pid())
 io.stdout:flush()
-]] .. after}, stdin = "null", stderr = "pipe", env = env})
+]] .. after}, stdin = "pipe", stderr = "pipe", env = env})
   T.defer(function() proc:close() end)
   local line = assert(sys.read_line(proc, 10))
   local root, pid = line:match("^(%S+) (%d+)$")
@@ -256,9 +256,37 @@ tests["the folder of an rlm killed by SIGKILL is removed by the next rlm; a live
   T.eq(sys.list_dir(tmp), {})
 end
 
+-- A sandbox's end does not wait for bwrap's exit: its folder is removed while the driver dies.
+-- Code that keeps writing into the workspace until the last moment must not keep it.
+tests["a sandbox whose code is still writing when it ends leaves no folder"] = function()
+  for _ = 1, 20 do
+    local i = rlm.interpreter{}
+    i:execute([[
+import os, threading
+def scribble():
+    n = 0
+    while True:
+        n += 1
+        d = '/home/daytona/workspace/d%d' % (n % 50)
+        os.makedirs(d, exist_ok=True)
+        with open('%s/f%d' % (d, n), 'w') as f:
+            f.write('x')
+for _ in range(4):
+    threading.Thread(target=scribble, daemon=True).start()
+]])
+    sys.sleep(0.02)
+    local root = i.sandbox.root
+    T.truthy(#assert(sys.list_dir(root .. "/workspace")) > 0, "the code writes")
+    i:shutdown()
+    T.eq(sys.stat(root), nil, "the sandbox's folder is left behind")
+  end
+end
+
 tests["os.exit ends the sandboxes a script left open"] = function()
   for _, call in ipairs{"os.exit(3)", "os.exit(3, true)"} do
-    local proc, root, pid = rlm_with_sandbox(call)
+    -- exits on a line from the test: once the sandbox has been seen
+    local proc, root, pid = rlm_with_sandbox("io.read('l') " .. call)
+    proc:write("go\n")
     T.eq({sys.wait(proc, 5)}, {"exit", 3}, call)
     gone(root, pid, call)
   end

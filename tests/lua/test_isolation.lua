@@ -613,25 +613,32 @@ end
 -- and prompt). A folder others may write (XDG_CACHE_HOME on a shared /tmp, a user's home under
 -- sudo -E) is not used: the source is.
 tests["a driver cache folder others can write is not trusted"] = function()
-  local dir = T.tmpdir()
-  local folder = dir .. "/rlm"
-  assert(sys.mkdir_p(folder))
-  assert(sys.chmod(folder, tonumber("1777", 8)))       -- shared, as /tmp is
   local python = "/usr/bin/python3"
-  local source = require("rlm.core.host").resource("lua/rlm/driver.py")
+  local host = require "rlm.core.host"
+  local source = host.resource("lua/rlm/driver.py")
   local real = sys.realpath(python)
   local st = sys.stat(real)
-  local path = ("%s/driver-%s.pyc"):format(folder,
-    sys.hash(table.concat({source, real, st.size, st.mtime}, "\0")))
+  local name = ("driver-%s.pyc"):format(
+    sys.hash(table.concat({host.digest("lua/rlm/driver.py"), real, st.size, st.mtime}, "\0")))
   local planted = "import os\nos.environ['RLM_PLANTED'] = 'yes'\n" .. source
   local r = assert(sys.run({python, "-I", "-S", "-c", "import marshal,sys;sys.stdout.buffer.write(" ..
     "marshal.dumps(compile(sys.stdin.buffer.read(),'<rlm-driver>','exec')))"}, {input = planted}))
-  assert(sys.write_file(path, sys.hash(r.stdout) .. "\n" .. r.stdout))
-  local env = sys.environ()
-  env.XDG_CACHE_HOME = dir
-  local res = T.run_rlm({"exec", "import os; print(os.environ.get('RLM_PLANTED'))"}, {env = env})
-  T.truthy(not res.stdout:find("yes", 1, true),
-           "the planted driver ran in the sandbox: " .. res.stdout .. res.stderr)
+  -- Whether the planted driver ran, from a cache folder with the given mode.
+  local function planted_ran(mode)
+    local dir = T.tmpdir()
+    local folder = dir .. "/rlm"
+    assert(sys.mkdir_p(folder))
+    assert(sys.chmod(folder, tonumber(mode, 8)))
+    assert(sys.write_file(folder .. "/" .. name, sys.hash(r.stdout) .. "\n" .. r.stdout))
+    local env = sys.environ()
+    env.XDG_CACHE_HOME = dir
+    local res = T.run_rlm({"exec", "import os; print(os.environ.get('RLM_PLANTED'))"}, {env = env})
+    T.eq(res.code, 0, res.stderr)
+    return res.stdout:find("yes", 1, true) ~= nil
+  end
+  -- The control: in a folder of rlm's own, the file under that name is the driver that runs.
+  T.truthy(planted_ran("700"), "the planted file is not at the name rlm reads: the test is stale")
+  T.truthy(not planted_ran("1777"), "the planted driver ran from a folder others can write")
 end
 
 -- A local repository cloned with git's hard links would share .git/objects' inodes with the

@@ -233,7 +233,6 @@ function M.create(opts)
     error(err, 0)
   end
   if not held then abandon("cannot prepare the sandbox folder: " .. tostring(why)) end
-  sweep_orphans(root:match("^(.*)/[^/]+$"))
   -- bwrap, as the sandbox's uid, mounts the folders by path: it must pass through; it cannot list.
   local passable
   passable, why = sys.chmod(root, tonumber("711", 8))
@@ -292,25 +291,25 @@ end
 
 -- Adds the ETC entries that exist: a file copied in (--file; the root is made read-only after),
 -- a link into /usr made again, a directory bound read-only. Mounts are what bwrap spends its
--- time on (about 0.14 ms each), and a bind for every entry cost 2.7 ms of each start. Files are
--- read at every start, so a changed resolv.conf reaches the next sandbox.
+-- time on (about 0.14 ms each), and a bind for every entry cost 2.7 ms of each start. A file
+-- is handed over opened, not read (bwrap copies it): at every start, so a changed resolv.conf
+-- reaches the next sandbox, and without a copy in rlm.
 local function etc_entries(add, pass)
   local fd = FD.etc
+  local root = sys.getuid() == 0
   for _, e in ipairs(ETC) do
     local path = "/etc/" .. e
     local st = sys.stat(path)
     local target = st and st.type == "link" and sys.realpath(path)
+    local real = st and (target and sys.stat(target) or st)
     if target and target:sub(1, 5) == "/usr/" then
       add("--symlink", target, path)
-    elseif st and (sys.stat(target or path) or st).type == "dir" then
+    elseif real and real.type == "dir" then
       add("--ro-bind", path, path)
-    elseif st then
-      local data = sys.read_file(path)
-      if data then
-        pass[fd] = data
-        add("--perms", "0444", "--file", fd, path)
-        fd = fd + 1
-      end
+    elseif real and real.type == "file" and (root or real.mode & 4 ~= 0) then
+      pass[fd] = {file = path}
+      add("--perms", "0444", "--file", fd, path)
+      fd = fd + 1
     end
   end
 end
@@ -369,9 +368,9 @@ end
 -- The driver reaches each sandbox compiled: Python would otherwise compile its 900 lines at
 -- every start, about a third of a sandbox's start here. The sandbox's own Python, run on the
 -- host over the driver's source (ours, never user code), compiles it once per machine; the
--- result is kept in the user's cache folder under a name that changes with the source and the
--- interpreter, checked by a hash of its bytes, and handed in through a descriptor that the
--- loader reads and closes before the driver runs.
+-- result is kept in the user's cache folder under a name that changes with the source (by its
+-- digest, made when rlm is built) and the interpreter, checked by a hash of its bytes, and
+-- handed in through a descriptor that the loader reads and closes before the driver runs.
 local LOADER = ("import marshal,posix;c=marshal.loads(posix.read(%d,posix.fstat(%d).st_size));"
   .. "posix.close(%d);del marshal;exec(c)"):format(FD.driver, FD.driver, FD.driver)
 local COMPILER = "import marshal,sys;sys.stdout.buffer.write(marshal.dumps(compile("
@@ -388,19 +387,21 @@ local function private(path)
 end
 
 -- The driver's bytecode for `python`, or nil when it cannot be had (the source is used then).
-local function driver_bytecode(python, source)
+local function driver_bytecode(python, source, digest)
   if compiled[python] then return compiled[python] end
   local real = sys.realpath(sys.which(python) or python)
   local st = real and sys.stat(real)
   local folder = sys.cache_dir()
   if not st or not folder then return nil end
   local path = ("%s/driver-%s.pyc"):format(folder,
-    sys.hash(table.concat({source, real, st.size, st.mtime}, "\0")))
+    sys.hash(table.concat({digest, real, st.size, st.mtime}, "\0")))
   -- Without a cache of its own the compile would be paid again by every process: the source.
   if not sys.mkdir_p(folder) or not private(folder) then return nil end
   local file = private(path) and sys.read_file(path)
-  local sum, code = (file or ""):match("^(%x+)\n(.*)$")
-  if not code or sys.hash(code) ~= sum then
+  -- "<hash>\n<bytecode>", split by find: a pattern's (.*) would cost more than the hash
+  local head = file and file:find("\n", 1, true)
+  local code = head and file:sub(head + 1)
+  if not code or sys.hash(code) ~= file:sub(1, head - 1) then
     local r = sys.run({python, "-I", "-S", "-c", COMPILER}, {input = source, timeout = 60})
     if not r or r.status ~= "exit" or r.code ~= 0 or r.stdout == "" then return nil end
     code = r.stdout
@@ -412,9 +413,10 @@ end
 
 function Sandbox:start_driver()
   if self.proc then return true end
-  local source = require("rlm.core.host").resource("lua/rlm/driver.py")
+  local host = require "rlm.core.host"
+  local source = host.resource("lua/rlm/driver.py")
   if not source then error("the driver (lua/rlm/driver.py) is missing from this build", 0) end
-  local code = driver_bytecode(self.python, source)
+  local code = driver_bytecode(self.python, source, host.digest("lua/rlm/driver.py"))
   local argv = {self.python, "-u", "-S", "-c", code and LOADER or source, "--stdio",
                 "--capture-dir", CAPTURE_DIR}
   for _, arg in ipairs(common.driver_settings(self.opts, M.payload_min)) do argv[#argv + 1] = arg end
@@ -427,6 +429,8 @@ function Sandbox:start_driver()
   local proc, err = sys.spawn(o)
   if not proc then error("cannot start the sandbox: " .. err, 0) end
   self.proc = proc
+  -- Here, not before: the walk then runs while bubblewrap and Python start.
+  sweep_orphans(self.root:match("^(.*)/[^/]+$"))
   return true
 end
 
@@ -621,12 +625,20 @@ end
 --- Kills the driver and removes the transient directories; the volume stays. Idempotent, and
 -- never yields (it may run from a finaliser).
 function Sandbox:destroy()
-  self:kill_driver()
+  local proc = self.proc
+  self.proc = nil
+  if proc then proc:kill("KILL") end
   if self.root then
-    sys.remove(self.root, true)
+    -- The folder goes while the driver dies. Should the driver's last moments have written
+    -- into it, it goes again once bwrap has ended.
+    if not sys.remove(self.root, true) and proc then
+      proc:close(true)
+      sys.remove(self.root, true)
+    end
     self.held:release()
     self.root = nil
   end
+  if proc then proc:close() end
 end
 
 return M
