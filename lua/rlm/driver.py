@@ -120,6 +120,8 @@ CONNECTION_TIMEOUT = 60.0
 UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
 ModuleType = type(sys)
 MISSING = object()
+# The fields of the common execute request: one with no others keeps the driver's settings.
+PLAIN_EXECUTE = frozenset(("op", "id", "timeout", "code"))
 # The names a module starts with: skipped by the variables listing without slicing each one.
 MODULE_NAMES = frozenset(vars(ModuleType("__main__"))) | {"__builtins__"}
 DRIVER_GLOBALS = globals()
@@ -651,7 +653,7 @@ class Session:
         self.builtins = dict(vars(builtins))
         self.builtins.update(make_helpers(self))
         self.buffers = {}
-        self.cells = {}
+        self.cells = []   # the source of cell K at K - 1: <rlm-cell-K> in tracebacks
         self.ns = None
         self.new_namespace()
         self.stdout = Capture(1, capture_dir)
@@ -771,34 +773,20 @@ class Session:
 
     def execute(self, req):
         code = req.get("code")
-        variables = req.get("variables")
-        names = req.get("output_names") or DEFAULT_OUTPUT_NAMES
-        limit = req.get("max_output_chars") or self.default_output_chars
         timeout = req.get("timeout")
-        max_submit = req.get("max_submit_bytes", self.default_max_submit)
-        payload_min = req.get("payload_min", self.default_payload_min)
         if not isinstance(code, str):
             return error_line_only("execute: code must be a string")
-        if variables is not None and type(variables) is not dict:
-            return error_line_only("execute: variables must be an object")
-        if names is not DEFAULT_OUTPUT_NAMES and (
-                not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
-            return error_line_only("execute: output_names must be a list of strings")
-        if not isinstance(limit, int) or limit < 2:
-            return error_line_only("execute: max_output_chars must be an integer >= 2")
         if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
             return error_line_only("execute: timeout must be a positive number or null")
-        if max_submit is not None and (not isinstance(max_submit, int) or max_submit < 1):
-            return error_line_only("execute: max_submit_bytes must be a positive integer or null")
-        if payload_min is not None and (not isinstance(payload_min, int) or payload_min < 1):
-            return error_line_only("execute: payload_min must be a positive integer or null")
-
-        if variables:
-            self.ns.update(variables)
-        for name, data in req.get("payloads") or ():
-            self.ns[name] = data.decode("utf-8", "surrogateescape")
-        filename = f"<rlm-cell-{len(self.cells) + 1}>"
-        self.cells[filename] = code
+        if req.keys() <= PLAIN_EXECUTE:   # the common request: the settings hold, nothing to set
+            names, limit = DEFAULT_OUTPUT_NAMES, self.default_output_chars
+            max_submit, payload_min = self.default_max_submit, self.default_payload_min
+        else:
+            names, limit, max_submit, payload_min = self.execute_options(req)
+            if names is None:
+                return error_line_only(limit)
+        self.cells.append(code)
+        filename = f"<rlm-cell-{len(self.cells)}>"
         self.request_id = req.get("id")
         self.output_names = names
         self.max_submit_bytes = max_submit
@@ -859,6 +847,31 @@ class Session:
         if raw:
             line += ',"payloads":' + encode([{"name": n, "bytes": len(d)} for n, d in raw])
         return line + '}\n', [data for _, data in raw]
+
+    def execute_options(self, req):
+        """(output names, max_output_chars, max_submit_bytes, payload_min) of an execute
+        request, its variables and payloads set as globals; (None, why) when one is wrong."""
+        variables = req.get("variables")
+        names = req.get("output_names") or DEFAULT_OUTPUT_NAMES
+        limit = req.get("max_output_chars") or self.default_output_chars
+        max_submit = req.get("max_submit_bytes", self.default_max_submit)
+        payload_min = req.get("payload_min", self.default_payload_min)
+        if variables is not None and type(variables) is not dict:
+            return None, "execute: variables must be an object", None, None
+        if names is not DEFAULT_OUTPUT_NAMES and (
+                not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
+            return None, "execute: output_names must be a list of strings", None, None
+        if not isinstance(limit, int) or limit < 2:
+            return None, "execute: max_output_chars must be an integer >= 2", None, None
+        if max_submit is not None and (not isinstance(max_submit, int) or max_submit < 1):
+            return None, "execute: max_submit_bytes must be a positive integer or null", None, None
+        if payload_min is not None and (not isinstance(payload_min, int) or payload_min < 1):
+            return None, "execute: payload_min must be a positive integer or null", None, None
+        if variables:
+            self.ns.update(variables)
+        for name, data in req.get("payloads") or ():
+            self.ns[name] = data.decode("utf-8", "surrogateescape")
+        return names, limit, max_submit, payload_min
 
     def field_text(self, value, what):
         """A SUBMIT field's JSON text; or, for a str of payload_min characters or more, its
@@ -930,7 +943,8 @@ class Session:
     def format_traceback(self, e):
         import linecache
         import traceback
-        for filename, source in self.cells.items():
+        for number, source in enumerate(self.cells, 1):
+            filename = f"<rlm-cell-{number}>"
             if filename not in linecache.cache:
                 linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         drop_driver_frames(e, set())

@@ -497,7 +497,6 @@ end
 -- bytes or more that way, both ways (a variable into the sandbox, a SUBMIT field back): no
 -- JSON escaping or parsing, and no copy of a 100 MB value on the host.
 M.payload_min = 64 * 1024
-local NO_PAYLOADS = {}   -- never written
 
 -- Reads the payloads an event announces into payload.data, by `deadline` (a sys.now() time);
 -- nil, err, kind when they cannot be. The announcement is the code's to forge: each size is
@@ -533,13 +532,16 @@ end
 function Sandbox:request(req, timeout, payloads)
   if not self.proc then return nil, "the sandbox's driver is not running", "dead" end
   if req then
-    local ok = self.proc:write(type(req) == "string" and req or json.encode(req), "\n",
-                               table.unpack(payloads or NO_PAYLOADS))
+    local line = type(req) == "string" and req or json.encode(req)
+    local ok
+    if payloads then ok = self.proc:write(line, "\n", table.unpack(payloads))
+    else ok = self.proc:write(line, "\n") end
     if not ok then return nil, self:died_message(), "dead" end
   end
   local deadline = sys.now() + timeout    -- the event and its payloads together
+  -- (stderr is not drained here: the process keeps its last STDERR_BUFFER bytes, and
+  -- died_message takes them when they are wanted)
   local line, why, kind = self:watched_line(timeout)
-  self:drain_stderr()
   if not line then
     if kind then return nil, why, kind end
     if why == "timeout" then return nil, "no answer from the sandbox in time", "timeout" end
