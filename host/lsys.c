@@ -6,6 +6,8 @@
  *   lock(p[, create]) -> lock | nil, msg, errno: an exclusive flock on file p (made, mode 0600,
  *                        when create), held until lock:release(), __close or __gc, or until the
  *                        process ends in any way; errno EWOULDBLOCK: a live process holds it
+ *   pidfd(pid) -> h | nil, msg: follows a process that is not our child; h:ended([timeout])
+ *                        says whether it has ended, waiting (blocking) up to timeout seconds
  *   spawn{argv=, env=, cwd=, stdin=, stdout=, stderr=,          -> process (pipes on the loop)
  *         pass=, uid=, gid=, rlimits=, max_line=, max_stderr=}
  * Failures caused by the environment return nil, message; misuse raises.
@@ -14,8 +16,9 @@
  * open (connections to model servers, descriptors rlm itself inherited) stays out, which
  * matters because the process may be a sandbox.
  *   pass = {[fd] = "bytes"}   fd (>= 3) in the child reads those bytes (a sealed memfd)
- *          {[fd] = {file = path}}  ... or the file at path, opened read-only (a failed open
- *                                  fails the spawn)
+ *          {[fd] = {file = path}}  ... or the regular file at path, opened read-only (a failed
+ *                                  open fails the spawn; with optional = true the child
+ *                                  reads nothing instead)
  *   uid, gid            the child drops to them (and to no supplementary groups) before exec;
  *                       a uid needs a gid
  *   rlimits = {as=, data=, nproc=, nofile=, fsize=, core=, stack=}   soft and hard, in the child
@@ -27,8 +30,8 @@
  *                       transfers; the kernel may give less)
  * p:write(s, ...) holds the strings by reference until written, never copying them; p:expect(n) then
  * p:payload() take n raw bytes of stdout as one string, read in place (adopt.h).
- * p:close([wait]) (also __close and __gc) kills the process and its group if it still runs and
- * closes its pipes; it waits for the end only when told to (the killed child is reaped later). */
+ * p:close() (also __close and __gc) kills the process and its group if it still runs and closes
+ * its pipes, without waiting for its end (the killed child is reaped later). */
 #include <dirent.h>
 #include <grp.h>
 #include <errno.h>
@@ -374,32 +377,95 @@ static int l_stat(lua_State *L)
     return 1;
 }
 
-static int remove_tree(const char *path)
+/* Removing a tree that a sandbox's code could still be changing (its workspace) must never
+ * follow a symbolic link: by path, a folder emptied and then swapped for a link to a host
+ * folder would have rlm (root, often) delete that host folder's files. So each folder is opened
+ * by descriptor with O_NOFOLLOW and its entries removed relative to it (unlinkat): a link swapped
+ * in anywhere is removed as a link. A folder deeper than REMOVE_DEPTH is first moved up to the
+ * top (renameat), so a tree of any depth costs at most REMOVE_DEPTH open descriptors. */
+#define REMOVE_DEPTH 32
+
+static int remove_entries(int top, int dfd, int depth, unsigned *moved);
+
+/* Removes entry name of folder dfd, whatever it is (ENOENT: already gone). */
+static int remove_at(int top, int dfd, const char *name, int depth, unsigned *moved)
 {
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return errno == ENOENT ? 0 : -1;
-    if (!S_ISDIR(st.st_mode))
-        return unlink(path);
-    DIR *d = opendir(path);
-    if (d == NULL)
+    for (int tries = 0; tries < 3; tries++) {
+        if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
+            return 0;
+        if (errno != EISDIR && errno != EPERM)
+            return -1;
+        if (depth >= REMOVE_DEPTH) {
+            char up[32];
+            snprintf(up, sizeof up, ".rlm-deep-%u", (*moved)++);
+            return renameat(dfd, name, top, up) == 0 || errno == ENOENT ? 0 : -1;
+        }
+        int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) {
+            if (errno == ENOENT)
+                return 0;
+            if (errno == ELOOP || errno == ENOTDIR)
+                continue;             /* no longer a folder: unlink it as what it is now */
+            return -1;
+        }
+        int r = remove_entries(top, fd, depth + 1, moved);
+        close(fd);
+        if (r != 0)
+            return -1;
+        return unlinkat(dfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -1;
+    }
+    return -1;
+}
+
+static int remove_entries(int top, int dfd, int depth, unsigned *moved)
+{
+    int own = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+    DIR *d = own >= 0 ? fdopendir(own) : NULL;
+    if (d == NULL) {
+        if (own >= 0)
+            close(own);
         return -1;
+    }
+    rewinddir(d);                 /* a dup shares the offset: the top is read more than once */
+    int r = 0, e = 0;
     struct dirent *ent;
-    int r = 0;
-    while (r == 0 && (ent = readdir(d)) != NULL) {
+    while ((ent = readdir(d)) != NULL) {
         if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
             continue;
-        char *child = malloc(strlen(path) + strlen(ent->d_name) + 2);
-        if (child == NULL) {
+        if (remove_at(top, dfd, ent->d_name, depth, moved) != 0 && r == 0) {
             r = -1;
-            break;
+            e = errno;
         }
-        sprintf(child, "%s/%s", path, ent->d_name);
-        r = remove_tree(child);
-        free(child);
     }
     closedir(d);
-    return r == 0 ? rmdir(path) : r;
+    errno = e;
+    return r;
+}
+
+static int remove_tree(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return 0;
+        if (errno != ELOOP && errno != ENOTDIR)
+            return -1;
+        return unlink(path) == 0 || errno == ENOENT ? 0 : -1;
+    }
+    /* Folders moved up from the depth come back to the top: passes until it is empty. */
+    unsigned moved = 0, before;
+    int r;
+    do {
+        before = moved;
+        r = remove_entries(fd, fd, 0, &moved);
+    } while (r == 0 && moved != before);
+    int e = errno;
+    close(fd);
+    if (r != 0) {
+        errno = e;
+        return -1;
+    }
+    return rmdir(path);
 }
 
 static int l_remove(lua_State *L)
@@ -429,13 +495,18 @@ static int l_mkdtemp(lua_State *L)
  * belongs to nobody alive. */
 #define LOCK "rlm.sys.lock"
 
-static int lock_release(lua_State *L)
+static int lock_release_fd(lua_State *L, const char *class)
 {
-    int *fd = luaL_checkudata(L, 1, LOCK);
+    int *fd = luaL_checkudata(L, 1, class);
     if (*fd >= 0)
         close(*fd);
     *fd = -1;
     return 0;
+}
+
+static int lock_release(lua_State *L)
+{
+    return lock_release_fd(L, LOCK);
 }
 
 static int l_lock(lua_State *L)
@@ -455,6 +526,50 @@ static int l_lock(lua_State *L)
         return fail_errno(L, path);
     }
     *slot = fd;
+    return 1;
+}
+
+/* A process that is not rlm's child, followed by its pidfd (the pid can then not be taken by
+ * another): its end can be waited for without reaping it. Used for a sandbox's innermost
+ * processes, whose end means none of the code is left. */
+#define PIDFD "rlm.sys.pidfd"
+
+static int pidfd_close(lua_State *L)
+{
+    return lock_release_fd(L, PIDFD);
+}
+
+static int l_pidfd(lua_State *L)
+{
+    lua_Integer pid = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, pid > 0 && pid <= INT32_MAX, 1, "not a pid");
+    int *slot = lua_newuserdatauv(L, sizeof *slot, 0);
+    *slot = -1;
+    luaL_setmetatable(L, PIDFD);
+    long fd = syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    if (fd < 0)
+        return fail_errno(L, "pidfd_open");
+    *slot = (int)fd;
+    fcntl(*slot, F_SETFD, FD_CLOEXEC);
+    return 1;
+}
+
+/* h:ended([timeout]) -> whether the process has ended, waiting up to timeout seconds (blocking:
+ * for teardown paths that must not yield). */
+static int pidfd_ended(lua_State *L)
+{
+    int *fd = luaL_checkudata(L, 1, PIDFD);
+    double timeout = luaL_optnumber(L, 2, 0);
+    if (*fd < 0)
+        return luaL_error(L, "pidfd: closed");
+    double until = loop_now_ms() + timeout * 1e3;
+    int r;
+    do {
+        struct pollfd pfd = {*fd, POLLIN, 0};
+        double left = until - loop_now_ms();
+        r = poll(&pfd, 1, left > 0 ? (int)(left + 0.999) : 0);
+    } while (r < 0 && errno == EINTR);
+    lua_pushboolean(L, r > 0);
     return 1;
 }
 
@@ -856,13 +971,13 @@ static void leave_unreaped(struct process *p)
     p->wstatus = SIGKILL;
 }
 
-/* Kills the process if it still runs; with wait, returns once it has ended. */
-static void process_release(struct process *p, int wait)
+/* Kills the process if it still runs (its end is not waited for) and frees what it held. */
+static void process_release(struct process *p)
 {
     if (p->pid > 0 && !p->exited) {
         kill(-p->pid, SIGKILL);       /* the whole group: bwrap and what runs inside it */
         kill(p->pid, SIGKILL);
-        reap(p, wait ? 0 : WNOHANG);
+        reap(p, WNOHANG);
         if (!p->exited)
             leave_unreaped(p);
     }
@@ -882,7 +997,7 @@ static void process_release(struct process *p, int wait)
 
 static int process_gc(lua_State *L)
 {
-    process_release(check_process(L, 1), 0);
+    process_release(check_process(L, 1));
     return 0;
 }
 
@@ -1190,6 +1305,24 @@ static int sealed_memfd(const char *data, size_t len)
     return fd;
 }
 
+/* A regular file opened read-only for a child (O_NONBLOCK: a FIFO put in its place cannot hold
+ * rlm); when optional, one that cannot be opened is passed empty. -1 with errno otherwise. */
+static int open_passed_file(const char *path, int optional)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+        close(fd);
+        fd = -1;
+        errno = EINVAL;
+    }
+    if (fd < 0 && optional)
+        return sealed_memfd("", 0);
+    if (fd >= 0)
+        fcntl(fd, F_SETFL, 0);    /* blocking again for the child's reads */
+    return fd;
+}
+
 static void close_passed(struct child_setup *cs)
 {
     for (int i = 0; i < cs->npass; i++)
@@ -1223,10 +1356,14 @@ static int read_pass(lua_State *L, int opts, struct child_setup *cs)
                 errno = e;
             }
         } else if (why == NULL && lua_type(L, -1) == LUA_TTABLE &&
-                   lua_getfield(L, -1, "file") == LUA_TSTRING) {
-            /* the file itself, read-only: rlm makes no copy of it */
+                   (lua_pushliteral(L, "file"), lua_rawget(L, -2)) == LUA_TSTRING) {
+            /* the file itself, read-only: rlm makes no copy of it (raw reads: no metamethod
+             * may raise while descriptors are open) */
             const char *path = lua_tostring(L, -1);
-            src = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+            lua_pushliteral(L, "optional");
+            int optional = lua_rawget(L, -3) != LUA_TNIL && lua_toboolean(L, -1);
+            lua_pop(L, 1);
+            src = open_passed_file(path, optional);
             if (src < 0) {
                 int e = errno;
                 lua_pushfstring(L, "spawn: cannot pass %s", path);
@@ -1430,7 +1567,7 @@ static int l_spawn(lua_State *L)
         if (pid > 0)
             reap(p, 0);
         p->pid = 0;
-        process_release(p, 0);
+        process_release(p);
         errno = pid < 0 ? fork_errno : exec_errno;
         return fail_errno(L, lua_pushfstring(L, "cannot run '%s'", argv[0]));
     }
@@ -1660,7 +1797,7 @@ static int p_kill(lua_State *L)
 
 static int p_close(lua_State *L)
 {
-    process_release(check_process(L, 1), lua_toboolean(L, 2));
+    process_release(check_process(L, 1));
     return 0;
 }
 
@@ -1673,12 +1810,18 @@ static const luaL_Reg sys_funcs[] = {
     {"stat", l_stat},         {"remove", l_remove},   {"mkdtemp", l_mkdtemp},
     {"realpath", l_realpath}, {"kill", l_kill},       {"spawn", l_spawn},
     {"chmod", l_chmod},       {"hash", l_hash},       {"lock", l_lock},
-    {NULL, NULL}};
+    {"pidfd", l_pidfd},       {NULL, NULL}};
 
 static const luaL_Reg lock_methods[] = {{"release", lock_release}, {NULL, NULL}};
 
 static const luaL_Reg lock_metamethods[] = {
     {"__gc", lock_release}, {"__close", lock_release}, {"__index", NULL}, {NULL, NULL}};
+
+static const luaL_Reg pidfd_methods[] = {{"ended", pidfd_ended}, {"close", pidfd_close},
+                                         {NULL, NULL}};
+
+static const luaL_Reg pidfd_metamethods[] = {
+    {"__gc", pidfd_close}, {"__close", pidfd_close}, {"__index", NULL}, {NULL, NULL}};
 
 static const luaL_Reg process_methods[] = {
     {"id", p_id},           {"pid", p_pid},     {"write", p_write},
@@ -1697,6 +1840,7 @@ int luaopen_rlm_core_sys(lua_State *L)
     loop_get(L);
     host_newclass(L, PROCESS, process_metamethods, process_methods);
     host_newclass(L, LOCK, lock_metamethods, lock_methods);
+    host_newclass(L, PIDFD, pidfd_metamethods, pidfd_methods);
     luaL_newlib(L, sys_funcs);
     return 1;
 }

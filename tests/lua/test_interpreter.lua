@@ -259,7 +259,7 @@ end
 -- A sandbox's end does not wait for bwrap's exit: its folder is removed while the driver dies.
 -- Code that keeps writing into the workspace until the last moment must not keep it.
 tests["a sandbox whose code is still writing when it ends leaves no folder"] = function()
-  for _ = 1, 20 do
+  for round = 1, 30 do
     local i = rlm.interpreter{}
     i:execute([[
 import os, threading
@@ -277,9 +277,26 @@ for _ in range(4):
     sys.sleep(0.02)
     local root = i.sandbox.root
     T.truthy(#assert(sys.list_dir(root .. "/workspace")) > 0, "the code writes")
+    -- half the rounds as an interrupted execute ends: the driver killed first, then the end
+    if round % 2 == 0 then i.sandbox:kill_driver() end
     i:shutdown()
     T.eq(sys.stat(root), nil, "the sandbox's folder is left behind")
   end
+end
+
+-- Orphans (folders of rlms killed by SIGKILL) could fill the disk that staging needs: a start
+-- that fails must still have removed them, or every later start fails the same way.
+tests["a start that fails still removes the folders of rlms killed earlier"] = function()
+  local tmp = T.tmpdir()
+  local orphan = tmp .. "/rlm-sandbox.ORPHAN"
+  assert(sys.mkdir_p(orphan .. "/workspace"))
+  assert(sys.write_file(orphan .. "/workspace/big", ("x"):rep(1000)))
+  assert(sys.write_file(orphan .. "/.owner-lock", ""))
+  local r = T.run_rlm({"-e", "local i = require('rlm').interpreter{context_paths = {'/nonexistent/x'}}\n" ..
+                             "print(pcall(i.execute, i, '1'))"}, {env = host_env{TMPDIR = tmp}})
+  T.contains(r.stdout, "false")
+  T.contains(r.stdout, "does not exist")
+  T.eq(sys.list_dir(tmp), {}, "the orphan, and the failed start's own folder, are gone")
 end
 
 tests["os.exit ends the sandboxes a script left open"] = function()

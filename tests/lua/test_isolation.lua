@@ -641,6 +641,40 @@ tests["a driver cache folder others can write is not trusted"] = function()
   T.truthy(not planted_ran("1777"), "the planted driver ran from a folder others can write")
 end
 
+-- The host removes a sandbox's folder while its code may still run (it does not wait for the
+-- code's end). Removal by path would follow a link the code put where a folder it emptied
+-- was, into any host folder: rlm (root, often) deleting host files. The code here swaps the
+-- folder being emptied for a link to a host folder as soon as the first entries go.
+tests["code that swaps its emptied folder for a link cannot steer the host's removal"] = function()
+  local canary = T.tmpdir() .. "/host-folder"
+  for round = 1, 2 do
+    assert(sys.mkdir_p(canary))
+    assert(sys.write_file(canary .. "/victim", "host file\n"))
+    local i = rlm.interpreter{}
+    local _, run = i:execute([==[
+import os, time
+W = '/home/daytona/workspace'
+os.makedirs(W + '/a')
+for n in range(4000):
+    open('%s/a/f%05d' % (W, n), 'w').close()
+open(W + '/a/victim', 'w').close()
+first = [W + '/a/' + n for n in os.listdir(W + '/a')[:3]]
+if os.fork() == 0:
+    while True:
+        if not all(os.path.lexists(p) for p in first):
+            os.rename(W + '/a', W + '/a_real')
+            os.symlink(TARGET, W + '/a')
+            os._exit(0)
+time.sleep(0.1)
+]==], {TARGET = canary})
+    T.eq(run.error, nil)
+    local root = i.sandbox.root
+    i:shutdown()
+    T.eq(sys.read_file(canary .. "/victim"), "host file\n", "round " .. round .. ": a host file was deleted")
+    T.eq(sys.stat(root), nil, "the sandbox's folder is left behind")
+  end
+end
+
 -- A local repository cloned with git's hard links would share .git/objects' inodes with the
 -- host's repository; handed to the sandbox's uid, they could be chmod-ed and rewritten. The
 -- clone makes copies, and files with other links are never handed over.

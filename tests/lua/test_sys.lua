@@ -114,8 +114,8 @@ local function zombie_children()
 end
 
 -- close() does not wait for the killed child's end (about 0.3 ms that every sandbox's end
--- paid); the child is reaped at a later spawn, so none piles up as a zombie. close(true) waits.
-tests["close kills without waiting; the killed are reaped later, close(true) waits"] = function()
+-- paid); the child is reaped by the loop or at a later spawn, so none piles up as a zombie.
+tests["close kills without waiting; the killed are reaped later"] = function()
   local pids, most = {}, 0
   for i = 1, 100 do
     local p = assert(sys.spawn{argv = {"/bin/sleep", "30"}, stdin = "null"})
@@ -129,10 +129,22 @@ tests["close kills without waiting; the killed are reaped later, close(true) wai
   sys.wait(assert(sys.spawn{argv = {"/bin/true"}, stdin = "null"}))
   T.eq(zombie_children(), {}, "the next spawn reaps them")
   for _, pid in ipairs(pids) do T.eq(sys.stat("/proc/" .. pid), nil, "pid " .. pid) end
-  local p = assert(sys.spawn{argv = {"/bin/sleep", "30"}, stdin = "null"})
-  local pid = p:pid()
-  p:close(true)
-  T.eq(sys.stat("/proc/" .. pid), nil, "close(true) returns once the child is reaped")
+end
+
+tests["pidfd follows a process that is not a child to its end"] = function()
+  local p = assert(sys.spawn{argv = {"/bin/sh", "-c", "sleep 30 & echo $!; wait"}})
+  local grandchild = tonumber(sys.read_line(p, 5))
+  local h = assert(sys.pidfd(grandchild))
+  T.eq(h:ended(), false)
+  T.eq(h:ended(0.05), false, "still running")
+  assert(sys.kill(grandchild, "KILL"))
+  T.eq(h:ended(5), true)
+  h:close()
+  T.raises(function() h:ended() end, "closed")
+  local none, err = sys.pidfd(2^31 - 1)
+  T.eq(none, nil)
+  T.contains(err, "pidfd_open")
+  p:close()
 end
 
 -- The descriptors a child sees, as "fd:target" lines (the listing's own is closed by then).
@@ -216,6 +228,28 @@ except OSError as e:
   T.raises(function() sys.spawn{argv = {"true"}, pass = {[3] = {file = 42}}} end,
            "must be a string or {file = path}")
   T.raises(function() sys.spawn{argv = {"true"}, pass = {[3] = {}}} end, "or {file = path}")
+  -- optional: a file that cannot be opened, or is no regular file, reads as empty
+  r = assert(sys.run({"/bin/sh", "-c", "cat <&5; echo .; cat <&6; echo ."},
+                     {pass = {[5] = {file = dir .. "/missing", optional = true},
+                              [6] = {file = dir, optional = true}}}))
+  T.eq(r.stdout, ".\n.\n")
+  p, err = sys.spawn{argv = {"true"}, pass = {[5] = {file = dir}}}
+  T.eq(p, nil)
+  T.contains(err, "spawn: cannot pass " .. dir .. ": Invalid argument")
+  -- a FIFO is no regular file: refused without blocking rlm on its open
+  assert(sys.run({"mkfifo", dir .. "/fifo"}))
+  local t0 = sys.now()
+  p, err = sys.spawn{argv = {"true"}, pass = {[5] = {file = dir .. "/fifo"}}}
+  T.eq(p, nil)
+  T.truthy(sys.now() - t0 < 1, "the open of a FIFO blocked")
+  -- fields are read raw: a table whose __index raises leaks no descriptor
+  local before = #assert(sys.list_dir("/proc/self/fd"))
+  local trap = setmetatable({}, {__index = function() error("trap") end})
+  for _ = 1, 20 do
+    T.raises(function() sys.spawn{argv = {"true"}, pass = {[3] = "x", [4] = trap}} end,
+             "or {file = path}")
+  end
+  T.eq(#assert(sys.list_dir("/proc/self/fd")), before, "descriptors leaked")
 end
 
 tests["rlimits, uid and gid apply in the child"] = function()

@@ -226,13 +226,17 @@ function M.create(opts)
   local bwrap, python = tools(opts)
   local volume = opts.volume_name and M.volume_dir(opts.volume_name)
   local root = assert(sys.mkdtemp("rlm-sandbox"))
+  local base = root:match("^(.*)/[^/]+$")
   local held, why = hold_folder(root)
   local function abandon(err)   -- leaves nothing behind
     sys.remove(root, true)
     if held then held:release() end
+    sweep_orphans(base)         -- orphans filling the disk must not fail every start
     error(err, 0)
   end
   if not held then abandon("cannot prepare the sandbox folder: " .. tostring(why)) end
+  -- Staging takes disk: orphans go first. (Otherwise after the spawn, while bwrap starts.)
+  if opts.repo_url or opts.context_paths then sweep_orphans(base) end
   -- bwrap, as the sandbox's uid, mounts the folders by path: it must pass through; it cannot list.
   local passable
   passable, why = sys.chmod(root, tonumber("711", 8))
@@ -240,7 +244,7 @@ function M.create(opts)
   local self = setmetatable({root = root, held = held, bwrap = bwrap, python = python, opts = opts,
                              env = opts.env or {}, network = opts.network and true or false,
                              limits = limits.resolve(opts.limits), uid = sandbox_owner(opts),
-                             stderr_tail = ""}, Sandbox)
+                             stderr_tail = "", dying = {}}, Sandbox)
   local ok, err = pcall(function()
     self.workspace = root .. "/workspace"
     self.memory = volume or (root .. "/memory")
@@ -307,7 +311,7 @@ local function etc_entries(add, pass)
     elseif real and real.type == "dir" then
       add("--ro-bind", path, path)
     elseif real and real.type == "file" and (root or real.mode & 4 ~= 0) then
-      pass[fd] = {file = path}
+      pass[fd] = {file = path, optional = true}   -- gone or unreadable by then: empty
       add("--perms", "0444", "--file", fd, path)
       fd = fd + 1
     end
@@ -416,7 +420,9 @@ function Sandbox:start_driver()
   local host = require "rlm.core.host"
   local source = host.resource("lua/rlm/driver.py")
   if not source then error("the driver (lua/rlm/driver.py) is missing from this build", 0) end
-  local code = driver_bytecode(self.python, source, host.digest("lua/rlm/driver.py"))
+  -- The digest of the bytes in hand: an override file (RLM_LUA_PATH) may change between reads.
+  local digest = sys.getenv("RLM_LUA_PATH") and sys.hash(source) or host.digest("lua/rlm/driver.py")
+  local code = driver_bytecode(self.python, source, digest)
   local argv = {self.python, "-u", "-S", "-c", code and LOADER or source, "--stdio",
                 "--capture-dir", CAPTURE_DIR}
   for _, arg in ipairs(common.driver_settings(self.opts, M.payload_min)) do argv[#argv + 1] = arg end
@@ -429,7 +435,7 @@ function Sandbox:start_driver()
   local proc, err = sys.spawn(o)
   if not proc then error("cannot start the sandbox: " .. err, 0) end
   self.proc = proc
-  -- Here, not before: the walk then runs while bubblewrap and Python start.
+  -- Here, unless create did it: the walk then runs while bubblewrap and Python start.
   sweep_orphans(self.root:match("^(.*)/[^/]+$"))
   return true
 end
@@ -556,12 +562,30 @@ function Sandbox:request(req, timeout, payloads)
   return ev, why, kind
 end
 
+-- bwrap's child is pid 1 of the sandbox's pid namespace, and the kernel ends every process of
+-- a namespace before its pid 1 ends: once it has, none of the code runs any more. Followed by
+-- its pidfd, taken while bwrap (its parent) lives, so the pid cannot be another's meanwhile.
+local function namespace_init(proc)
+  local pid = proc:pid()
+  local kids = pid and sys.read_file(("/proc/%d/task/%d/children"):format(pid, pid))
+  local child = kids and tonumber(kids:match("%d+"))
+  return child and sys.pidfd(child) or nil
+end
+
+-- Kills the driver without waiting for its end; the namespaces still ending are kept (dying)
+-- for destroy, which may need to wait for them.
 function Sandbox:kill_driver()
   local proc = self.proc
   if not proc then return end
   self.proc = nil
+  local init = namespace_init(proc)
   proc:kill("KILL")
   proc:close()
+  local dying = {init}
+  for _, d in ipairs(self.dying) do
+    if d:ended() then d:close() else dying[#dying + 1] = d end
+  end
+  self.dying = dying
 end
 
 --- The host pid of the Python driver (the innermost process under bwrap), for diagnostics and tests.
@@ -626,21 +650,31 @@ end
 
 --- Kills the driver and removes the transient directories; the volume stays. Idempotent, and
 -- never yields (it may run from a finaliser).
+-- Removes the sandbox's folder, its lock last: a folder this could not empty stays one that a
+-- later rlm finds unlocked and removes.
+function Sandbox:remove_folder()
+  local ok = sys.remove(self.workspace, true)
+  if self.memory:sub(1, #self.root + 1) == self.root .. "/" then
+    ok = sys.remove(self.memory, true) and ok
+  end
+  return ok and sys.remove(self.root, true)
+end
+
 function Sandbox:destroy()
-  local proc = self.proc
-  self.proc = nil
-  if proc then proc:kill("KILL") end
+  self:kill_driver()
   if self.root then
-    -- The folder goes while the driver dies. Should the driver's last moments have written
-    -- into it, it goes again once bwrap has ended.
-    if not sys.remove(self.root, true) and proc then
-      proc:close(true)
-      sys.remove(self.root, true)
+    -- The folder goes while the code dies (removal never follows a link the code put there).
+    -- Should the code's last moments have written into it, it goes again once every process
+    -- of the sandbox has ended.
+    if not self:remove_folder() then
+      for _, init in ipairs(self.dying) do init:ended(5) end
+      self:remove_folder()
     end
     self.held:release()
     self.root = nil
   end
-  if proc then proc:close() end
+  for _, init in ipairs(self.dying) do init:close() end
+  self.dying = {}
 end
 
 return M
