@@ -291,12 +291,22 @@ tests["a start that fails still removes the folders of rlms killed earlier"] = f
   local orphan = tmp .. "/rlm-sandbox.ORPHAN"
   assert(sys.mkdir_p(orphan .. "/workspace"))
   assert(sys.write_file(orphan .. "/workspace/big", ("x"):rep(1000)))
-  assert(sys.write_file(orphan .. "/.owner-lock", ""))
+  -- one of an rlm from before the folder itself was the lock: a lock file inside
+  assert(sys.mkdir_p(tmp .. "/rlm-sandbox.OLDONE/workspace"))
+  assert(sys.write_file(tmp .. "/rlm-sandbox.OLDONE/.owner-lock", ""))
+  -- ... and a live one of those, its lock file held
+  assert(sys.mkdir_p(tmp .. "/rlm-sandbox.OLDLIVE/workspace"))
+  local held <close> = assert(sys.lock(tmp .. "/rlm-sandbox.OLDLIVE/.owner-lock", true))
+  -- and one still being made (empty: its lock is taken before anything goes in)
+  assert(sys.mkdir_p(tmp .. "/rlm-sandbox.MAKING"))
   local r = T.run_rlm({"-e", "local i = require('rlm').interpreter{context_paths = {'/nonexistent/x'}}\n" ..
                              "print(pcall(i.execute, i, '1'))"}, {env = host_env{TMPDIR = tmp}})
   T.contains(r.stdout, "false")
   T.contains(r.stdout, "does not exist")
-  T.eq(sys.list_dir(tmp), {}, "the orphan, and the failed start's own folder, are gone")
+  local left = assert(sys.list_dir(tmp))
+  table.sort(left)
+  T.eq(left, {"rlm-sandbox.MAKING", "rlm-sandbox.OLDLIVE"},
+       "the orphans, and the failed start's own folder, are gone; the live and the new stay")
 end
 
 tests["os.exit ends the sandboxes a script left open"] = function()

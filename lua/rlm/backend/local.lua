@@ -189,20 +189,22 @@ local function give_to(uid, dirs, recursive)
   end
 end
 
--- A sandbox's folder holds LOCK, locked while its rlm lives: a process killed with SIGKILL
--- cannot remove its folders, and the next rlm to make a sandbox finds them unlocked and removes
--- them. The lock file appears already locked (it is locked under a temporary name, then
--- renamed), so a folder being made is never taken for an orphan.
-local LOCK = ".owner-lock"
+-- A sandbox's folder is locked (flock on the folder itself) while its rlm lives: a process
+-- killed with SIGKILL cannot remove its folders, and the next rlm to make a sandbox finds them
+-- unlocked and removes them. The lock is taken before the folder holds anything, so a folder
+-- that can be locked and holds a workspace belongs to nobody alive; an empty one may be one
+-- being made, and is left alone. (A lock file, made and renamed into place, cost three of the
+-- dozen disk writes of a sandbox's life; folders of rlms from before it still have one.)
+local OLD_LOCK = ".owner-lock"
+local EWOULDBLOCK = 11
 local swept = false
 
 local function hold_folder(root)
-  local temp = root .. "/" .. LOCK .. ".new"
-  local lock, err = sys.lock(temp, true)
-  if not lock then return nil, err end
-  local ok, why = os.rename(temp, root .. "/" .. LOCK)
-  if not ok then lock:release(); return nil, why end
-  return lock
+  for _ = 1, 1000 do   -- a sweeper may be looking in, for an instant
+    local lock, err, code = sys.lock(root)
+    if lock or code ~= EWOULDBLOCK then return lock, err end
+  end
+  return nil, "the folder stays locked by another process"
 end
 
 -- Removes the sandbox folders whose rlm is gone (their lock can be taken). Once a process.
@@ -211,9 +213,11 @@ local function sweep_orphans(base)
   swept = true
   for _, name in ipairs(sys.list_dir(base) or {}) do
     if name:match("^rlm%-sandbox%.%w+$") then
-      local lock = sys.lock(base .. "/" .. name .. "/" .. LOCK)
+      local dir = base .. "/" .. name
+      local old = sys.stat(dir .. "/" .. OLD_LOCK)
+      local lock = sys.lock(old and dir .. "/" .. OLD_LOCK or dir)
       if lock then
-        sys.remove(base .. "/" .. name, true)
+        if old or sys.stat(dir .. "/workspace") then sys.remove(dir, true) end
         lock:release()
       end
     end
@@ -650,8 +654,8 @@ end
 
 --- Kills the driver and removes the transient directories; the volume stays. Idempotent, and
 -- never yields (it may run from a finaliser).
--- Removes the sandbox's folder, its lock last: a folder this could not empty stays one that a
--- later rlm finds unlocked and removes.
+-- Removes the sandbox's folder, its workspace first: a folder this could not empty keeps it,
+-- and stays one that a later rlm finds unlocked and removes.
 function Sandbox:remove_folder()
   local ok = sys.remove(self.workspace, true)
   if self.memory:sub(1, #self.root + 1) == self.root .. "/" then
