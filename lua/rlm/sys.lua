@@ -16,6 +16,8 @@
 --   sys.lock(p[, create]) -> lock (lock:release()) | nil, msg, errno: an exclusive flock on
 --     file p, which the kernel lets go when this process ends in any way
 --   sys.cache_dir() -> rlm's cache folder ($XDG_CACHE_HOME/rlm or ~/.cache/rlm) | nil
+--   sys.pidfd(pid) -> h | nil, msg: a process that is not our child, followed to its end
+--     (h:ended([timeout]), blocking); spawn's pass also takes {file = path[, optional = true]}
 local core = require "rlm.core.sys"
 local async = require "rlm.async"
 
