@@ -39,6 +39,13 @@ const struct embedded_file *host_embedded(const char *path)
     return NULL;
 }
 
+void host_push_hash(lua_State *L, uint64_t h)
+{
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    lua_pushstring(L, hex);
+}
+
 void host_push_redacted(lua_State *L, const char *msg, const char *secret)
 {
     if (secret && strlen(secret) >= 8 && strstr(msg, secret))

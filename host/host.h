@@ -2,6 +2,7 @@
 #ifndef RLM_HOST_H
 #define RLM_HOST_H
 #include <signal.h>
+#include <stdint.h>
 #include <lua.h>
 #include <lauxlib.h>
 #include "embed.h"
@@ -22,6 +23,9 @@ void host_report(lua_State *L, int status);
  * leak a credential. A secret shorter than 8 bytes is no real credential and would match
  * ordinary words, so it is left alone. [-0, +1] */
 void host_push_redacted(lua_State *L, const char *msg, const char *secret);
+
+/* Pushes a 64-bit hash as 16 lower-case hex digits (sys.hash, host.digest). [-0, +1] */
+void host_push_hash(lua_State *L, uint64_t h);
 
 /* Overwrites a heap copy of a secret before freeing it, so it does not linger in freed
  * memory (and core dumps). Safe on NULL. */

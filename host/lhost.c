@@ -73,9 +73,7 @@ static int l_digest(lua_State *L)
             return 0;
         h = f->digest;
     }
-    char hex[17];
-    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
-    lua_pushstring(L, hex);
+    host_push_hash(L, h);
     return 1;
 }
 

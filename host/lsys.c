@@ -495,7 +495,8 @@ static int l_mkdtemp(lua_State *L)
  * belongs to nobody alive. */
 #define LOCK "rlm.sys.lock"
 
-static int lock_release_fd(lua_State *L, const char *class)
+/* Closes the descriptor a userdata of class holds (a lock, a pidfd); closing twice is no misuse. */
+static int close_held_fd(lua_State *L, const char *class)
 {
     int *fd = luaL_checkudata(L, 1, class);
     if (*fd >= 0)
@@ -506,7 +507,7 @@ static int lock_release_fd(lua_State *L, const char *class)
 
 static int lock_release(lua_State *L)
 {
-    return lock_release_fd(L, LOCK);
+    return close_held_fd(L, LOCK);
 }
 
 static int l_lock(lua_State *L)
@@ -536,7 +537,7 @@ static int l_lock(lua_State *L)
 
 static int pidfd_close(lua_State *L)
 {
-    return lock_release_fd(L, PIDFD);
+    return close_held_fd(L, PIDFD);
 }
 
 static int l_pidfd(lua_State *L)
@@ -549,8 +550,7 @@ static int l_pidfd(lua_State *L)
     long fd = syscall(SYS_pidfd_open, (pid_t)pid, 0);
     if (fd < 0)
         return fail_errno(L, "pidfd_open");
-    *slot = (int)fd;
-    fcntl(*slot, F_SETFD, FD_CLOEXEC);
+    *slot = (int)fd;              /* pidfd_open sets close-on-exec itself */
     return 1;
 }
 
@@ -602,9 +602,7 @@ static int l_hash(lua_State *L)
 {
     size_t len;
     const char *p = luaL_checklstring(L, 1, &len);
-    char hex[17];
-    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv1a64(p, len));
-    lua_pushstring(L, hex);
+    host_push_hash(L, fnv1a64(p, len));
     return 1;
 }
 
@@ -1573,10 +1571,8 @@ static int l_spawn(lua_State *L)
     }
     long pidfd = syscall(SYS_pidfd_open, pid, 0);
     p->pidfd = (int)pidfd;
-    if (p->pidfd >= 0) {
-        fcntl(p->pidfd, F_SETFD, FD_CLOEXEC);
+    if (p->pidfd >= 0)            /* close-on-exec already: pidfd_open sets it */
         loop_watch(lp, p->pidfd, POLLIN, on_exit_fd, p);
-    }
     for (int i = OUT; i <= ERR; i++)
         if (p->fds[i] >= 0) {
             set_nonblock(p->fds[i]);

@@ -566,13 +566,17 @@ function Sandbox:request(req, timeout, payloads)
   return ev, why, kind
 end
 
+-- The first child of host process pid, or nil.
+local function first_child(pid)
+  local kids = sys.read_file(("/proc/%d/task/%d/children"):format(pid, pid))
+  return kids and tonumber(kids:match("%d+"))
+end
+
 -- bwrap's child is pid 1 of the sandbox's pid namespace, and the kernel ends every process of
 -- a namespace before its pid 1 ends: once it has, none of the code runs any more. Followed by
 -- its pidfd, taken while bwrap (its parent) lives, so the pid cannot be another's meanwhile.
 local function namespace_init(proc)
-  local pid = proc:pid()
-  local kids = pid and sys.read_file(("/proc/%d/task/%d/children"):format(pid, pid))
-  local child = kids and tonumber(kids:match("%d+"))
+  local child = proc:pid() and first_child(proc:pid())
   return child and sys.pidfd(child) or nil
 end
 
@@ -597,10 +601,9 @@ function Sandbox:driver_pid()
   if not self.proc then return nil end
   local pid = self.proc:pid()
   for _ = 1, 4 do
-    local kids = sys.read_file(("/proc/%d/task/%d/children"):format(pid, pid))
-    local child = kids and kids:match("%d+")
+    local child = first_child(pid)
     if not child then break end
-    pid = tonumber(child)
+    pid = child
   end
   return pid
 end
@@ -652,8 +655,6 @@ function Sandbox:shell(cmd, timeout)
   return {exit = r.status == "exit" and r.code or 128 + r.code, output = output}
 end
 
---- Kills the driver and removes the transient directories; the volume stays. Idempotent, and
--- never yields (it may run from a finaliser).
 -- Removes the sandbox's folder, its workspace first: a folder this could not empty keeps it,
 -- and stays one that a later rlm finds unlocked and removes.
 function Sandbox:remove_folder()
@@ -664,6 +665,8 @@ function Sandbox:remove_folder()
   return ok and sys.remove(self.root, true)
 end
 
+--- Kills the driver and removes the transient directories; the volume stays. Idempotent, and
+-- never yields (it may run from a finaliser).
 function Sandbox:destroy()
   self:kill_driver()
   if self.root then
