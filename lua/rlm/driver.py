@@ -361,19 +361,16 @@ class Capture:
             self.fd = fd
         posix.dup2(self.fd, self.target)
 
-    def size(self):
-        """Bytes written since the last take: the file's size, which fd `target` writes into
-        unless the code moved or closed it (`reattach` puts it back after each block). Its end
-        is where the next write goes in any case: an lseek, with no stat to build."""
-        try:
-            return posix.lseek(self.fd, 0, io.SEEK_END)
-        except OSError:   # the code closed the file's descriptor: what it held went with it
-            self.renew()
-            return 0
-
     def take(self, limit):
         """(text, total characters) written since the last take; empties the file."""
-        size = self.size()
+        # The bytes written since the last take are the file's size, which fd `target` writes
+        # into unless the code moved or closed it (`reattach` puts it back after each block).
+        # Its end is where the next write goes in any case: an lseek, with no stat to build.
+        try:
+            size = posix.lseek(self.fd, 0, io.SEEK_END)
+        except OSError:   # the code closed the file's descriptor: what it held went with it
+            self.renew()
+            return "", 0
         if size == 0:
             return "", 0
         if size <= limit:  # never more characters than bytes
@@ -482,11 +479,10 @@ def preview(value):
     return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS - 3] + "..."
 
 
-def rows_json(rows):
-    """The variables rows as JSON, by format: twice as fast as the encoder's walk of 50 dicts."""
-    return "[" + ",".join(['{"name":%s,"type":%s,"size":%s,"preview":%s}' % (
-        escape(name), escape(kind), "null" if size is None else size, escape(text))
-        for name, kind, size, text in rows]) + "]"
+# A variables row by format: twice as fast as the encoder's walk of 50 dicts. A scalar's type
+# name and repr (digits, True, None, inf) need no escaping.
+ROW = '{"name":%s,"type":%s,"size":%s,"preview":%s}'
+SCALAR_ROW = '{"name":%s,"type":"%s","size":null,"preview":"%s"}'
 
 
 def done_line(request_id, variables):
@@ -552,7 +548,10 @@ def compile_cell(code, filename):
     trailing expression through a syntax tree compiled a cell twice (1.9x the time of a plain
     compile for a 7-line cell). A cell this cut does not fit takes the syntax-tree way."""
     if "\n" not in code and ";" not in code and "\r" not in code and code[:1] not in " \t#\f":
-        # One line of code (a trivial block): nothing to cut, only its kind to tell.
+        # One line of code (a trivial block): nothing to cut, only its kind to tell. A plain
+        # assignment (x = 1, n += 1) is compiled at once: every other way ends the same.
+        if plainly_assignment(code):
+            return (compile(code, filename, "exec"),), None
         return compile_parts(code, 0, filename) or compile_by_tree(code, filename)
     if code.endswith((" ", "\t")):   # a last line of blanks would read as an indented one
         code += "\n"
@@ -806,9 +805,6 @@ class Session:
             if isinstance(e, MemoryError):
                 self.reserve = None  # room to report it; taken back below when there is some
             error, traceback_text = error_text(e), self.format_traceback(e)
-        with self.io_lock:  # a user thread inside a call finishes it first
-            self.running = False
-
         final = self.ns.get("Final", MISSING)
         if error is None and submitted is None and final is not final_before and \
                 names == DEFAULT_OUTPUT_NAMES:
@@ -818,7 +814,7 @@ class Session:
                 error = error_text(e)
         self.restore_streams()
         rows, more = self.summary(MAX_VARIABLES)
-        line = done_line(self.request_id, rows_json(rows))
+        line = done_line(self.request_id, rows)
         # Fields at their default are left out (the protocol allows it): the common event stays
         # short to write and to read.
         text, chars = self.stdout.take(limit)
@@ -885,22 +881,24 @@ class Session:
         return to_json(value, what)
 
     def run(self, code, filename, timeout):
-        codes, last = compile_cell(code, filename)
-        self.timed_out = False
-        # The timer is left to run out after a block (our handler then only notes a late
-        # alarm: it is put back below whenever the code replaced it, so it is ours here); a
-        # block without a timeout stops an earlier one. A late alarm noted before the timer is
-        # armed (or kept: it then runs out no sooner than this block's time) belongs to an
-        # earlier block and is forgotten.
-        if timeout:
-            self.timeout = timeout
-            self.arm_timer(timeout)
-        elif self.timer_end is not None:
-            _signal.setitimer(_signal.ITIMER_REAL, 0)
-            self.timer_end = None
-        self.late_alarm = False
-        self.block_running, self.in_protocol = True, False
+        """Runs a block while calls are open (self.running), and closes them however it ends:
+        a user thread inside a call finishes it first."""
         try:
+            codes, last = compile_cell(code, filename)
+            self.timed_out = False
+            # The timer is left to run out after a block (our handler then only notes a late
+            # alarm: it is put back below whenever the code replaced it, so it is ours here); a
+            # block without a timeout stops an earlier one. A late alarm noted before the timer
+            # is armed (or kept: it then runs out no sooner than this block's time) belongs to
+            # an earlier block and is forgotten.
+            if timeout:
+                self.timeout = timeout
+                self.arm_timer(timeout)
+            elif self.timer_end is not None:
+                _signal.setitimer(_signal.ITIMER_REAL, 0)
+                self.timer_end = None
+            self.late_alarm = False
+            self.block_running, self.in_protocol = True, False
             for body in codes:
                 exec(body, self.ns)
             if last is not None:
@@ -908,8 +906,9 @@ class Session:
                 if value is not None:
                     print(repr(value))
         finally:
-            with self.io_lock:   # a call a thread of the code makes reads it
-                self.block_running, self.in_protocol = False, True
+            with self.io_lock:   # a call a thread of the code makes reads these
+                self.running = self.block_running = False
+                self.in_protocol = True
             if _signal.getsignal(_signal.SIGALRM) is not self.alarm_handler:
                 _signal.signal(_signal.SIGALRM, self.alarm_handler)
 
@@ -951,27 +950,31 @@ class Session:
         return "".join(traceback.format_exception(type(e), e, e.__traceback__))
 
     def summary(self, limit=None):
-        """(rows, more): the user's globals in definition order, at most limit of them, and
-        how many names of the namespace come after the last one looked at."""
+        """(rows, more): the user's globals in definition order as a JSON list of {name, type,
+        size, preview}, at most limit of them, and how many names of the namespace come after
+        the last one looked at."""
         try:   # without a copy of the whole namespace: the listing stops early
-            return self.summarise(self.ns.items(), limit)
+            rows, more = self.summarise(self.ns.items(), limit)
         except RuntimeError:   # a thread of the code changed the globals meanwhile
-            return self.summarise(list(self.ns.items()), limit)
+            rows, more = self.summarise(list(self.ns.items()), limit)
+        return "[" + ",".join(rows) + "]", more
 
     def summarise(self, items, limit):
-        """(name, type name, size or None, preview) rows; see summary."""
+        """The rows' JSON texts and the count after them; see summary. Names that are not
+        str (globals()[1] = 2) cannot be variables and are left out."""
         rows, seen = [], 0
         for name, value in items:
             seen += 1
-            if name in MODULE_NAMES or name[:2] == "__" == name[-2:]:
+            if name in MODULE_NAMES or not isinstance(name, str) or name[:2] == "__" == name[-2:]:
                 continue
             kind = type(value)
-            if kind in SCALARS:   # the common case, without the general walk
-                rows.append((name, kind.__name__, None, repr(value)
-                             if kind is not int or -SHORT_INT < value < SHORT_INT
-                             else preview(value)))
+            if kind in SCALARS and (kind is not int or -SHORT_INT < value < SHORT_INT):
+                # the common case, without the general walk: its repr is plain ASCII
+                rows.append(SCALAR_ROW % (escape(name), kind.__name__, repr(value)))
             elif not isinstance(value, ModuleType):
-                rows.append((name, kind.__name__, size_of(value), preview(value)))
+                size = size_of(value)
+                rows.append(ROW % (escape(name), escape(kind.__name__),
+                                   "null" if size is None else size, escape(preview(value))))
             else:
                 continue
             if len(rows) == limit:
@@ -1105,12 +1108,12 @@ def make_helpers(session):
 
     def SHOW_VARS():
         """Prints the user's variables: name, type, size and a short preview."""
-        rows, _ = session.summary()
+        rows = loads(session.summary()[0])
         if not rows:
             print("(no variables)")
-        for name, kind, size, text in rows:
-            size = "" if size is None else f", size {size}"
-            print(f"{name} ({kind}{size}): {text}")
+        for row in rows:
+            size = "" if row["size"] is None else f", size {row['size']}"
+            print(f"{row['name']} ({row['type']}{size}): {row['preview']}")
 
     return {f.__name__: f for f in (SUBMIT, llm_query, llm_query_batched, rlm_query, budget,
                                     add_buffer, get_buffer, clear_buffer, SHOW_VARS)}

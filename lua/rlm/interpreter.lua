@@ -63,6 +63,9 @@ local limits = require "rlm.limits"
 local registry = require "rlm.registry"
 local sys = require "rlm.sys"
 
+local clock, encode = sys.now, json.encode   -- upvalues on the path of every execute
+local max, min, floor = math.max, math.min, math.floor
+
 local M = {}
 
 --- Backend name -> module. Every lua/rlm/backend/<name>.lua shipped in the binary is one (a new
@@ -287,30 +290,26 @@ local DONE_FIELDS = {stdout = "string", stderr = "string", error = "string", tra
                      variables = "table", submitted = "table"}
 local KIND_WORDS = {string = "text", number = "a number", table = "an object or a list"}
 
--- Why a done event cannot be taken as it is, or nil. A pass over the event's own fields: the
--- common one has three.
-local function bad_done(ev)
-  for k, v in next, ev do
-    local kind = DONE_FIELDS[k]
-    if kind and v ~= NULL and type(v) ~= kind then return k .. " is not " .. KIND_WORDS[kind] end
-  end
-  if ev.payloads ~= nil and type(ev.submitted) ~= "table" then
-    return "payloads without submitted fields"
-  end
-end
-
--- Builds the run table from a done event (checked by bad_done).
+-- The SUBMIT fields (or nil) and run table of a done event; nil, nil, why when the event cannot
+-- be taken as it is. One pass over the event's own fields: the common one has three.
 function Interp:finish(ev, started)
-  local run = {stdout = "", stderr = "", exit = 0, duration = sys.now() - started,
+  local run = {stdout = "", stderr = "", exit = 0, duration = clock() - started,
                timed_out = ev.timed_out == true, state_lost = false, variables_more = 0,
                stdout_chars = 0, stderr_chars = 0}
   for k, v in next, ev do
-    if DONE_FIELDS[k] and v ~= NULL then run[k] = v end
+    local kind = DONE_FIELDS[k]
+    if kind and v ~= NULL then
+      if type(v) ~= kind then return nil, nil, k .. " is not " .. KIND_WORDS[kind] end
+      run[k] = v
+    end
+  end
+  local submitted = run.submitted
+  if ev.payloads ~= nil and type(submitted) ~= "table" then
+    return nil, nil, "payloads without submitted fields"
   end
   local limit = self.opts.max_output_chars
   run.stdout, run.stderr = cut(run.stdout, limit), cut(run.stderr, limit)
   if run.error then run.exit = 1 end
-  local submitted = run.submitted
   run.submitted = nil
   if ev.payloads then
     for _, p in ipairs(ev.payloads) do submitted[p.name] = p.data end
@@ -367,24 +366,24 @@ function Interp:execute(code, variables, opts)
   if not self.sandbox then self:start() end
   opts = opts or EMPTY
   local timeout = opts.timeout or self.opts.execute_timeout
-  local left = self.opts.timeout - (sys.now() - self.started_at)
+  local left = self.opts.timeout - (clock() - self.started_at)
   if left <= 0 then
     error(("the sandbox's lifetime (timeout = %g s) is over; create a new interpreter"):format(
       self.opts.timeout), 2)
   end
-  timeout = math.min(timeout, left)
+  timeout = min(timeout, left)
   local deadline = opts.deadline
-  if deadline then timeout = math.max(0.05, math.min(timeout, deadline - sys.now())) end
+  if deadline then timeout = max(0.05, min(timeout, deadline - clock())) end
   local id = (self.request_id or 0) + 1
   self.request_id = id
   -- In whole milliseconds: a number of a few digits is quicker to write and to read.
-  timeout = math.max(0.001, math.floor(timeout * 1000 + 0.5) / 1000)
+  timeout = max(0.001, floor(timeout * 1000 + 0.5) / 1000)
   local line, payloads
   if variables == nil and opts.output_names == nil then
     -- The common request, code alone, put together from its parts: no table to build and walk.
     -- (Output and SUBMIT limits are the driver's settings, given when it started.)
-    line = '{"op":"execute","id":' .. id .. ',"timeout":' .. json.encode(timeout) ..
-           ',"code":' .. json.encode(code) .. "}"
+    line = '{"op":"execute","id":' .. id .. ',"timeout":' .. encode(timeout) ..
+           ',"code":' .. encode(code) .. "}"
   else
     line, payloads = self:full_request(id, code, timeout, variables, opts.output_names)
   end
@@ -434,16 +433,16 @@ end
 -- The request/event dialogue of one execute: calls are answered until the code is done.
 function Interp:exchange(req, id, timeout, deadline, payloads)
   local sb = self.sandbox
-  local started = sys.now()
-  local spent_in_calls = 0
+  local started = clock()
+  local now, spent_in_calls = started, 0
   while true do
-    local wait = timeout - (sys.now() - started - spent_in_calls) + BACKSTOP
+    local wait = timeout - (now - started - spent_in_calls) + BACKSTOP
     -- The driver's timer stands still during calls; a deadline counts them too.
-    if deadline then wait = math.min(wait, deadline - sys.now() + BACKSTOP) end
-    local ev, err, kind = sb:request(req, math.max(wait, 0.05), payloads)
+    if deadline then wait = min(wait, deadline - now + BACKSTOP) end
+    local ev, err, kind = sb:request(req, max(wait, 0.05), payloads)
     payloads = nil
     if not ev then
-      if kind == "timeout" and deadline and sys.now() >= deadline then
+      if kind == "timeout" and deadline and clock() >= deadline then
         return self:lost(started, "TimeoutError: the run's time ran out (max_time) and the " ..
           "code was stopped; the sandbox was restarted", true)
       elseif kind == "timeout" then
@@ -456,18 +455,23 @@ function Interp:exchange(req, id, timeout, deadline, payloads)
       return self:lost(started, "SandboxError: " .. err .. " (state was lost; the sandbox was restarted)",
                        false)
     end
-    local bad = ev.ev == "done" and bad_done(ev)
-        or ev.ev == "call" and not CALL_KINDS[ev.kind] and "unknown call " .. tostring(ev.kind)
+    local bad
+    if ev.ev == "done" and ev.id == id then
+      local submitted, run
+      submitted, run, bad = self:finish(ev, started)
+      if run then return submitted, run end
+    elseif ev.ev == "call" and not CALL_KINDS[ev.kind] then
+      bad = "unknown call " .. tostring(ev.kind)
+    end
     if bad then
       return self:lost(started, "SandboxError: the driver sent a malformed " .. ev.ev .. " event (" ..
         bad .. "); state was lost and the sandbox was restarted", false)
     end
-    if ev.ev == "done" and ev.id == id then
-      return self:finish(ev, started)
-    elseif ev.ev == "call" and ev.id == id then
-      local t0 = sys.now()
+    if ev.ev == "call" and ev.id == id then
+      local t0 = clock()
       req = self:answer(ev)
-      spent_in_calls = spent_in_calls + (sys.now() - t0)
+      now = clock()
+      spent_in_calls = spent_in_calls + (now - t0)
     elseif ev.ev == "error" then
       -- The driver refused the request itself (a bug on our side, not the user's code).
       error("the sandbox's driver rejected the request: " .. tostring(ev.message), 0)

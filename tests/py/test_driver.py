@@ -149,11 +149,15 @@ class TestBasics(DriverTest):
             "x = 1\nx\n   ": "1\n", "x = 1\nx\n\t": "1\n", "passé = [1]\npassé[:1]": "[1]\n",
             "x = 1\n*range(3),": "(0, 1, 2)\n", "x = 1\x0c\n\x0cx": "1\n", "x = 1\rx": "1\n",
             "x = 1\nif x:\n    y = 2\nelse:\n    y = 3\ny": "2\n",
+            # one line: a plain assignment is compiled at once, anything else is told apart
+            "k = 1 if True else 2": "", "2 <= 3": "True\n", "q = [0] * 2": "",
+            "h = lambda a=1: a": "", "print(sep='=')": "\n", "1 != 2": "True\n",
         }
         for code, stdout in cases.items():
             self.d.request({"op": "reset"})
             self.assertEqual(self.run_ok(code)["stdout"], stdout, code)
         self.assertTrue(self.run_ok("lambda a=1: a")["stdout"].startswith("<function <lambda>"))
+        self.assertTrue(self.d.execute("@x = 1")["error"].startswith("SyntaxError: invalid syntax"))
 
     def test_whole_cell_checks_survive_the_cut(self):
         # Checks the compiler makes across the whole module; and an annotation made before the
@@ -188,6 +192,25 @@ class TestBasics(DriverTest):
         self.assertEqual(rows["big"]["size"], 100000)
         self.assertTrue(rows["big"]["preview"].startswith("[0, 1, 2"))
         self.assertEqual(rows["_private"]["preview"], "[1, 2]")
+
+    def test_summary_rows_of_every_scalar_and_odd_names(self):
+        # Scalar rows are written without escaping, other rows through it: each must stay JSON.
+        ev = self.run_ok("globals()[1] = 2\nglobals()[b'__k__'] = 3\nf, g, h = float('inf'), "
+                         "-2.5e-300, float('nan')\nt, u = True, None\nbig = -10 ** 200\n"
+                         "K = type('a\"b\\\\c\\u00e9', (), {})\nk = K()\n\u00e9t\u00e9 = -7")
+        rows = {v["name"]: v for v in json.loads(self.d.raw)["variables"]}
+        self.assertEqual({n: rows[n]["preview"] for n in ("f", "g", "h", "t", "u", "\u00e9t\u00e9")},
+                         {"f": "inf", "g": "-2.5e-300", "h": "nan", "t": "True", "u": "None",
+                          "\u00e9t\u00e9": "-7"})
+        self.assertEqual(rows["t"]["type"], "bool")
+        self.assertEqual(rows["u"]["type"], "NoneType")
+        self.assertEqual(rows["big"]["type"], "int")
+        self.assertTrue(rows["big"]["preview"].startswith("-1000") and
+                        rows["big"]["preview"].endswith("..."), rows["big"])
+        self.assertEqual(rows["k"]["type"], 'a"b\\c\u00e9')
+        self.assertTrue(rows["k"]["preview"].startswith('<__main__.a"b\\c\u00e9 object'), rows["k"])
+        self.assertNotIn(1, rows)   # names that are not str are no variables, and break nothing
+        self.assertIn("k (a\"b\\c\u00e9): <__main__", self.run_ok("SHOW_VARS()")["stdout"])
 
     def test_summary_stays_fast_for_huge_containers(self):
         self.run_ok("d = {str(i): i for i in range(1_000_000)}\ns = set(range(1_000_000))")

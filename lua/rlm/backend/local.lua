@@ -31,6 +31,8 @@ local limits = require "rlm.limits"
 local sandbox = require "rlm.core.sandbox"
 local sys = require "rlm.sys"
 
+local clock = sys.now   -- an upvalue on the path of every request
+
 local M = {name = "local", options = {bwrap = true, python = true, uid = true}}
 
 local HOME, WORKSPACE, MEMORY = common.HOME, common.WORKSPACE, common.MEMORY
@@ -489,17 +491,17 @@ end
 
 -- Waits for the driver's next line while keeping the workspace under its limit: the host
 -- measures it every WATCH_INTERVAL while code runs and stops code that grows it too far.
-function Sandbox:watched_line(timeout)
-  local deadline = sys.now() + timeout
+-- deadline: a sys.now() time.
+function Sandbox:watched_line(deadline)
   local interval = WATCH_INTERVAL
   while true do
-    local left = deadline - sys.now()
+    local left = deadline - clock()
     local line, why = sys.read_line(self.proc, math.max(0, math.min(left, interval)))
     if line or why ~= "timeout" or left <= interval then return line, why end
-    local t0 = sys.now()
+    local t0 = clock()
     local over = self:check_workspace()
     if over then return nil, over, "limit" end
-    interval = math.max(WATCH_INTERVAL, (sys.now() - t0) / WATCH_SHARE)
+    interval = math.max(WATCH_INTERVAL, (clock() - t0) / WATCH_SHARE)
   end
 end
 
@@ -548,10 +550,10 @@ function Sandbox:request(req, timeout, payloads)
     else ok = self.proc:write(line, "\n") end
     if not ok then return nil, self:died_message(), "dead" end
   end
-  local deadline = sys.now() + timeout    -- the event and its payloads together
+  local deadline = clock() + timeout    -- the event and its payloads together
   -- (stderr is not drained here: the process keeps its last STDERR_BUFFER bytes, and
   -- died_message takes them when they are wanted)
-  local line, why, kind = self:watched_line(timeout)
+  local line, why, kind = self:watched_line(deadline)
   if not line then
     if kind then return nil, why, kind end
     if why == "timeout" then return nil, "no answer from the sandbox in time", "timeout" end
