@@ -961,22 +961,30 @@ class Session:
 
     def summarise(self, items, limit):
         """The rows' JSON texts and the count after them; see summary. Names that are not
-        str (globals()[1] = 2) cannot be variables and are left out."""
+        exactly str (globals()[1] = 2, a subclass with its own __hash__) cannot be variables
+        and are left out, before any of their methods runs. A value whose hooks fail (a
+        metaclass's __hash__, a __class__ or __len__ that raises, even SystemExit) is listed
+        as unlistable: the code's objects must not end the driver."""
         rows, seen = [], 0
         for name, value in items:
             seen += 1
-            if name in MODULE_NAMES or not isinstance(name, str) or name[:2] == "__" == name[-2:]:
+            if type(name) is not str or name in MODULE_NAMES or name[:2] == "__" == name[-2:]:
                 continue
-            kind = type(value)
-            if kind in SCALARS and (kind is not int or -SHORT_INT < value < SHORT_INT):
-                # the common case, without the general walk: its repr is plain ASCII
-                rows.append(SCALAR_ROW % (escape(name), kind.__name__, repr(value)))
-            elif not isinstance(value, ModuleType):
-                size = size_of(value)
-                rows.append(ROW % (escape(name), escape(kind.__name__),
-                                   "null" if size is None else size, escape(preview(value))))
-            else:
-                continue
+            try:
+                kind = type(value)
+                if kind in SCALARS and (kind is not int or -SHORT_INT < value < SHORT_INT):
+                    # the common case, without the general walk: its repr is plain ASCII
+                    row = SCALAR_ROW % (escape(name), kind.__name__, repr(value))
+                elif isinstance(value, ModuleType):
+                    continue
+                else:
+                    size = size_of(value)
+                    row = ROW % (escape(name), escape(kind.__name__),
+                                 "null" if size is None else size, escape(preview(value)))
+            except BaseException as e:
+                row = ROW % (escape(name), escape(type(value).__name__), "null",
+                             escape(f"<unlistable: {type(e).__name__}>"))
+            rows.append(row)
             if len(rows) == limit:
                 break
         return rows, len(self.ns) - seen

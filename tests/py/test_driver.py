@@ -212,6 +212,27 @@ class TestBasics(DriverTest):
         self.assertNotIn(1, rows)   # names that are not str are no variables, and break nothing
         self.assertIn("k (a\"b\\c\u00e9): <__main__", self.run_ok("SHOW_VARS()")["stdout"])
 
+    def test_summary_survives_hostile_objects(self):
+        # Objects whose hooks raise (even SystemExit) while the listing looks at them, and a name
+        # whose __hash__ raises once stored: each block still ends with a done event.
+        ev = self.run_ok(
+            "class M(type):\n    def __hash__(cls):\n        raise SystemExit(3)\n"
+            "class A(metaclass=M):\n    pass\na = A()\n"
+            "class B:\n    @property\n    def __class__(self):\n        raise KeyboardInterrupt\n"
+            "b = B()\n"
+            "class C:\n    def __len__(self):\n        raise SystemExit(4)\n    __repr__ = __len__\n"
+            "c = C()\n"
+            "class S(str):\n    armed = False\n    def __hash__(self):\n"
+            "        if S.armed:\n            raise GeneratorExit\n        return str.__hash__(self)\n"
+            "globals()[S('s')] = 1\nS.armed = True\nafter = 5")
+        rows = {v["name"]: v for v in ev["variables"]}
+        self.assertEqual(rows["a"], {"name": "a", "type": "A", "size": None,
+                                     "preview": "<unlistable: SystemExit>"})
+        self.assertEqual(rows["c"]["preview"], "<unlistable: SystemExit>")
+        self.assertEqual(rows["after"]["preview"], "5")
+        self.assertNotIn("s", rows)
+        self.assertEqual(self.run_ok("print(after + 1)")["stdout"], "6\n")
+
     def test_summary_stays_fast_for_huge_containers(self):
         self.run_ok("d = {str(i): i for i in range(1_000_000)}\ns = set(range(1_000_000))")
         started = time.perf_counter()
