@@ -7,6 +7,7 @@
 #include <lualib.h>
 
 #include "host.h"
+#include "init.h"
 
 /* Calls require("rlm.cli").main(argv) and leaves its exit status on the stack. */
 static int pmain(lua_State *L)
@@ -30,6 +31,7 @@ static int pmain(lua_State *L)
 
 int main(int argc, char **argv)
 {
+    init_if_pid1();
     lua_State *L = host_newstate();
     if (L == NULL) {
         fprintf(stderr, "rlm: cannot create the Lua state (out of memory?)\n");

@@ -20,7 +20,7 @@ M.EXIT = {
   {"128+N", "interrupted by signal N (130 for Ctrl-C, 143 for SIGTERM)"},
 }
 
-M.SIGNALS = [[Ctrl-C (SIGINT), SIGTERM, SIGHUP (the terminal closing) or SIGQUIT interrupts the running code wherever it waits, deletes every sandbox the process created, and exits 128 plus the signal's number. A script that calls os.exit gets the same cleanup first. A command's own errors print one line saying what to do; RLM_DEBUG=1 adds where in rlm it was raised, with a traceback.]]
+M.SIGNALS = [[Ctrl-C (SIGINT), SIGTERM, SIGHUP (the terminal closing) or SIGQUIT interrupts the running code wherever it waits, deletes every sandbox the process created, and exits 128 plus the signal's number. A script that calls os.exit gets the same cleanup first. Started as PID 1 (a container run without an init), rlm runs under a minimal init of its own that passes every signal on and reaps what the sandboxes leave, so `docker stop` cleans up and no zombie piles up. A command's own errors print one line saying what to do; RLM_DEBUG=1 adds where in rlm it was raised, with a traceback.]]
 
 M.ENVIRONMENT = {
   {"RLM_MODEL", "default model, provider/name (openai/gpt-4o, anthropic/claude-sonnet-4-5, local/NAME)"},

@@ -235,6 +235,46 @@ tests["an interrupted rlm ends its sandboxes, whatever the signal"] = function()
   end
 end
 
+-- A container started without an init makes rlm PID 1 of its pid namespace: every orphan there
+-- is its child, one per sandbox (bwrap's own pid 1, whose parent is gone when it ends).
+tests["as PID 1 rlm reaps every sandbox's orphan, passes signals on and keeps its exit status"] =
+    function()
+  local probe = sys.run({"unshare", "--pid", "--fork", "--mount-proc", "true"})
+  if not probe or probe.code ~= 0 then T.skip("unshare cannot make a pid namespace here") end
+  local r = sys.run({"unshare", "--pid", "--fork", "--mount-proc", T.rlm, "-e", "os.exit(7)"},
+                    {timeout = 10})
+  T.eq(r.code, 7, r.stderr)
+  local proc = assert(sys.spawn{argv = {"unshare", "--pid", "--fork", "--mount-proc", T.rlm, "-e", [[
+local rlm, sys = require "rlm", require "rlm.sys"
+for _ = 1, 5 do
+  local i <close> = rlm.interpreter{}
+  i:execute("x = 1")
+end
+sys.sleep(0.3)
+local zombies = 0
+for _, name in ipairs(sys.list_dir("/proc")) do
+  local stat = name:match("^%d+$") and sys.read_file("/proc/" .. name .. "/stat")
+  if stat and stat:match("%) Z ") then zombies = zombies + 1 end
+end
+local i = rlm.interpreter{}
+i:start()
+print(zombies .. " " .. i.sandbox.root)
+io.stdout:flush()
+i:execute("import time\ntime.sleep(100)")
+]]}, stdin = "pipe", stderr = "pipe", env = host_env()})
+  T.defer(function() proc:close() end)
+  local line = assert(sys.read_line(proc, 20), proc:read("stderr"))
+  local zombies, root = line:match("^(%d+) (%S+)$")
+  T.eq(zombies, "0", "zombies left in the namespace after 5 sandboxes")
+  sys.sleep(0.2)
+  local kids = sys.read_file(("/proc/%d/task/%d/children"):format(proc:pid(), proc:pid()))
+  local pid1 = T.truthy(kids and tonumber(kids:match("%d+")), "unshare's child, the namespace's PID 1")
+  assert(sys.kill(pid1, "TERM"))   -- as `docker stop` does
+  T.eq({sys.wait(proc, 5)}, {"exit", 143})
+  T.contains(proc:read("stderr"), "interrupted (SIGTERM)")
+  T.eq(sys.stat(root), nil, "the sandbox's folder is gone")
+end
+
 tests["the folder of an rlm killed by SIGKILL is removed by the next rlm; a live one's never"] = function()
   local tmp = T.tmpdir()
   local env = host_env{TMPDIR = tmp}
