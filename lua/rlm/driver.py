@@ -50,8 +50,12 @@ Execute semantics
   first. A last statement that is a bare expression with a non-None value prints its repr.
 - fd 1 and fd 2 point at private temp files at the start of every block (code that moved or
   closed them finds them put back; what reached the files before is the block's output); the
-  protocol uses dups of the original stdin/stdout, and fd 0 reads /dev/null, so neither user
-  code nor its subprocesses can touch the protocol. Output longer than max_output_chars keeps
+  protocol uses close-on-exec dups of the original stdin/stdout, numbered 100 and up (as the
+  captures' own: away from the numbers the code's files get), and fd 0 reads /dev/null: subprocesses cannot reach the
+  protocol. The code itself runs in the driver's process and could (the host trusts no event
+  beyond its own checks); a process it forks gets no protocol (its calls fail) and ends with its
+  block. Ctrl-C (SIGINT, _thread.interrupt_main) raises KeyboardInterrupt in a running block
+  and is dropped between blocks and while a call waits for its reply. Output longer than max_output_chars keeps
   head and tail around a line `... [N characters cut] ...`; stdout_chars/stderr_chars count
   every character (for invalid UTF-8 the count is of lead bytes). Text is decoded as UTF-8
   with U+FFFD for bad bytes.
@@ -80,6 +84,10 @@ Execute semantics
   at most 50 of them, so the event stays small and quick whatever the code defines;
   variables_more counts the namespace's names after the last one listed (modules among them:
   counting them out would mean walking every global on every execute). SHOW_VARS() lists all.
+  A value whose hooks raise while it is listed shows "<unlistable: Type>"; one whose hook does
+  not return is cut off when the block's time runs out ("<unlistable: ReportTimeout>") and not
+  tried again. A workspace file named like a standard module (re.py) never replaces it in the
+  driver's own work (tracebacks).
 - --capture-dir DIR: where the stdout/stderr capture files live (default $TMPDIR or /tmp). The
   local sandbox gives it a tmpfs of its own, so its size caps what one execute may print.
 
@@ -108,13 +116,14 @@ PREVIEW_ITEMS = 8
 # took 28 ms an execute; the listing stops after these and the count is len() arithmetic.
 MAX_VARIABLES = 50
 READ_CHUNK = 1 << 20
-CAPTURE_FD_MIN = 100   # see Capture.renew
+HIGH_FD_MIN = 100   # the driver's own descriptors: see moved_high
 # Memory held back for the driver's own work after user code ran out (under limits.memory the
 # code's data stays alive in its globals): released when a block ends in MemoryError. The limit
 # counts address space, so bytes() (calloc: pages never touched) holds it back for free, where
 # a bytearray's zeroing cost 6 ms of every start.
 RESERVE_BYTES = 8 << 20
 TIMER_SLACK = 0.05   # seconds a timeout may fire late, at most a tenth of it (Session.arm_timer)
+REPORT_GRACE = 0.05   # seconds each further hung hook of the code's gets, once the block's ran out
 # A client that connects but never sends must not wedge the server for good.
 CONNECTION_TIMEOUT = 60.0
 UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
@@ -125,15 +134,21 @@ PLAIN_EXECUTE = frozenset(("op", "id", "timeout", "code"))
 # The names a module starts with: skipped by the variables listing without slicing each one.
 MODULE_NAMES = frozenset(vars(ModuleType("__main__"))) | {"__builtins__"}
 DRIVER_GLOBALS = globals()
+# The standard library's folders (what sys.path holds at start, without the script's folder).
+STDLIB_PATH = [p for p in sys.path if p and p != posix.getcwd()]
 JSON_SPACE = " \t\n\r"
 
 
 class Submitted(BaseException):
-    """Raised by SUBMIT; a BaseException so that `except Exception` in user code lets it pass."""
+    """Raised by SUBMIT; a BaseException so that `except Exception` in user code lets it pass.
+    The fields stay with the session (Session.submitted): code that catches one cannot change
+    what it carries."""
 
-    def __init__(self, fields):
-        super().__init__()
-        self.fields = fields
+
+class ReportTimeout(BaseException):
+    """The block's time ran out while the driver read its result: a hook of the code's (a
+    __repr__, __len__, flush or Final's serialisation) that does not return. A BaseException,
+    so that the hook's own `except Exception` does not swallow it."""
 
 
 class NotSerialisable(Exception):
@@ -243,6 +258,18 @@ def error_line_only(message):
     return error_line(message), ()
 
 
+def moved_high(fd):
+    """fd moved to HIGH_FD_MIN or above, close-on-exec: away from the numbers the code's own
+    files are given, and from a closerange(3, 100). fd itself where the limit on open files
+    (limits.open_files) is lower."""
+    try:
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD_MIN)
+    except (OSError, AttributeError):   # the limit; an fcntl without F_DUPFD_CLOEXEC
+        return fd
+    posix.close(fd)
+    return high
+
+
 def write_all(fd, data):
     written = posix.write(fd, data)
     if written < len(data):   # a pipe takes a short line whole; a big one goes in pieces
@@ -276,6 +303,19 @@ class Stdio:
         write_all(self.out, line.encode())
         for data in payloads:
             write_all(self.out, data)
+
+    def close(self):
+        pass
+
+
+class NoTransport:
+    """The transport of a process the code forked: the host's dialogue is its parent's."""
+
+    def fail(self, *args):
+        raise RuntimeError("a forked process cannot talk to the host (llm_query and the other "
+                           "calls work in the driver's own process)")
+
+    read = read_payload = send = fail
 
     def close(self):
         pass
@@ -348,17 +388,13 @@ class Capture:
 
     def renew(self):
         """A new file for fd `target`: at the start, and after the code closed the old one. Its
-        own descriptor sits at CAPTURE_FD_MIN or above, away from the numbers files the code
-        opens are given (one of them taking the file's number would be read and emptied)."""
+        own descriptor sits high (moved_high): one of the code's files taking its number
+        would be read and emptied."""
         name = f"rlm-driver-{posix.getpid()}-{self.target}-{posix.urandom(4).hex()}"
         path = f"{self.directory}/{name}"
         fd = posix.open(path, posix.O_RDWR | posix.O_CREAT | posix.O_EXCL, 0o600)
         posix.unlink(path)
-        try:
-            self.fd = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, CAPTURE_FD_MIN)
-            posix.close(fd)
-        except (OSError, AttributeError):   # limits.open_files below it; an fcntl without it
-            self.fd = fd
+        self.fd = moved_high(fd)
         posix.dup2(self.fd, self.target)
 
     def take(self, limit):
@@ -494,18 +530,47 @@ def done_line(request_id, variables):
 # ---------------------------------------------------------------------------------------------
 # Errors
 
+TYPE_NAME = type.__dict__["__name__"].__get__        # the type's own names: no metaclass
+TYPE_QUALNAME = type.__dict__["__qualname__"].__get__  # property or __eq__ of the code's runs
+
+
 def error_text(e):
+    """"Type: message" for an exception of the code's; never raises, whatever its hooks do."""
     kind = type(e)
-    name = kind.__qualname__
-    if kind.__module__ not in ("builtins", "__main__"):
-        name = f"{kind.__module__}.{name}"
-    if isinstance(e, SyntaxError) and e.lineno is not None:
-        return f"{name}: {e.msg} (line {e.lineno})"
+    name = TYPE_QUALNAME(kind)
+    module = kind.__dict__.get("__module__")
+    if type(module) is str and module not in ("builtins", "__main__"):
+        name = f"{module}.{name}"
     try:
+        if isinstance(e, SyntaxError) and type(e.lineno) is int:
+            return f"{name}: {str(e.msg)} (line {e.lineno})"
         message = str(e)
-    except Exception:
+    except BaseException:
         message = "<the exception's str() failed>"
     return f"{name}: {message}" if message else name
+
+
+def stdlib_modules(*names):
+    """The standard library's modules of these names, imported with sys.path cut to its own
+    folders (the code's working directory comes first in sys.path: a traceback.py, re.py or
+    token.py of the workspace would stand in for them). One the code imported already is
+    taken from sys.modules as it is."""
+    saved = sys.path[:]
+    sys.path[:] = STDLIB_PATH
+    try:
+        return [__import__(name, fromlist=["_"]) for name in names]
+    finally:
+        sys.path[:] = saved
+
+
+def raised_by_code(e):
+    """Whether one of e's frames is the code's (a signal handler it installed, say)."""
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals is not DRIVER_GLOBALS:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def drop_driver_frames(e, seen):
@@ -659,6 +724,7 @@ class Session:
         self.stderr = Capture(2, capture_dir)
         self.streams = (sys.stdout, sys.stderr)
         self.request_id = None
+        self.submitted = None   # (the Submitted SUBMIT raised, its fields) in this block
         self.output_names = DEFAULT_OUTPUT_NAMES
         self.max_submit_bytes = None
         self.payload_min = None
@@ -672,7 +738,13 @@ class Session:
         self.alarm_handler = self.on_alarm   # one object, so a check by identity finds it
         self.timer_end = None   # when the armed timer runs out (monotonic()), if it is
         self.block_running = False   # between the start and the end of the code of a block
+        self.forked = False   # in a process the code forked (Session.in_forked_child)
+        self.reporting = False   # while report() reads a block's result
+        self.report_cut = False   # the timer ran out while it did (on_alarm)
+        self.hung = {}   # id -> value: objects whose listing ran out of time, not tried again
         _signal.signal(_signal.SIGALRM, self.alarm_handler)
+        _signal.signal(_signal.SIGINT, self.on_interrupt)
+        posix.register_at_fork(after_in_child=self.in_forked_child)
 
     def new_namespace(self):
         # A real __main__ module lets pickle and multiprocessing find the user's classes.
@@ -690,10 +762,29 @@ class Session:
         if self.timer_end is not None and monotonic() >= self.timer_end:
             self.timer_end = None   # it ran out (a SIGALRM may also come from elsewhere)
         if self.in_protocol:
+            if self.reporting:   # the timer ran out on a hook of the code's that report called
+                # The next hook that hangs is cut off sooner: the result is late already.
+                self.timer_end = None
+                self.report_cut = True
+                _signal.setitimer(_signal.ITIMER_REAL, REPORT_GRACE)
+                raise ReportTimeout("reading the block's result ran past its time (a __repr__, "
+                                    "__len__, flush or Final of the code's that does not return)")
             self.late_alarm = True
             return
         self.timed_out = True
         raise TimeoutError(f"execution exceeded {self.timeout:.3g} seconds")
+
+    def on_interrupt(self, signum, frame):
+        # Between blocks, or while the driver talks to the host, there is nothing of the code's
+        # to stop: a watchdog's late interrupt_main() must not end the driver.
+        if self.block_running and not self.in_protocol:
+            raise KeyboardInterrupt
+
+    def in_forked_child(self):
+        """The code forked: the child has no protocol (a call there fails instead of writing
+        into the host's dialogue) and ends with its block instead of serving requests."""
+        self.transport = NoTransport()
+        self.forked = True
 
     # -- requests
 
@@ -740,7 +831,12 @@ class Session:
 
     def serve_forever(self):
         while True:
-            req = self.next_request()
+            try:
+                req = self.next_request()
+            except BaseException as e:
+                if not raised_by_code(e):
+                    raise
+                continue   # a signal handler of the code's raised while the driver waited
             if req is None:
                 continue
             op = req.get("op")
@@ -791,26 +887,57 @@ class Session:
         self.max_submit_bytes = max_submit
         self.payload_min = payload_min
         final_before = self.ns.get("Final", MISSING)
-        error = traceback_text = submitted = None
+        error = traceback_text = submitted = self.submitted = None
         self.running = True
         try:
             self.run(code, filename, timeout)
         except Submitted as s:
-            submitted = s.fields
+            submitted = self.submitted_by(s)
+            if submitted is None:
+                error = "RuntimeError: a SUBMIT the code caught was raised after another one"
         except SystemExit as e:
             # sys.exit() / sys.exit(0) ends the block as a script ends: not an error
-            if e.code not in (None, 0):
+            code = e.args[0] if len(e.args) == 1 else e.args or None
+            if not (code is None or type(code) in (int, bool) and code == 0):
                 error, traceback_text = error_text(e), self.format_traceback(e)
         except BaseException as e:
             if isinstance(e, MemoryError):
                 self.reserve = None  # room to report it; taken back below when there is some
             error, traceback_text = error_text(e), self.format_traceback(e)
+        if self.forked:
+            self.restore_streams()
+            posix._exit(0 if error is None else 1)
+        self.reporting = True
+        try:
+            return self.report(names, limit, final_before, error, traceback_text, submitted)
+        except BaseException as e:   # the code's objects broke the report (a hook that raises)
+            self.restore_streams()
+            return done_line(self.request_id, "[]") + ',"error":%s,"timed_out":false}\n' % (
+                escape("RuntimeError: the block ended but its result could not be read: " +
+                       error_text(e))), ()
+        finally:
+            self.reporting = False
+            if self.report_cut:   # the timer ran out meanwhile and was set again: stopped
+                self.report_cut = False
+                _signal.setitimer(_signal.ITIMER_REAL, 0)
+
+    def submitted_by(self, s):
+        """The fields SUBMIT computed for the Submitted s; None for one raised again after
+        another SUBMIT."""
+        if self.submitted is not None and self.submitted[0] is s:
+            return self.submitted[1]
+        return None
+
+    def report(self, names, limit, final_before, error, traceback_text, submitted):
+        """The done event of a block and its payloads (execute calls it with self.reporting
+        set: the code's hooks it calls run under the block's timer, which is left running, and
+        one that never returns is cut off by it)."""
         final = self.ns.get("Final", MISSING)
         if error is None and submitted is None and final is not final_before and \
                 names == DEFAULT_OUTPUT_NAMES:
             try:
                 submitted = self.check_submit({"answer": self.field_text(final, "Final")})
-            except (TypeError, ValueError) as e:
+            except BaseException as e:   # not JSON, too big, or its hooks raised
                 error = error_text(e)
         self.restore_streams()
         rows, more = self.summary(MAX_VARIABLES)
@@ -873,9 +1000,10 @@ class Session:
         """A SUBMIT field's JSON text; or, for a str of payload_min characters or more, its
         UTF-8 bytes, sent raw after the done line (no escaping here, no JSON parse on the
         host: a 100 MB answer crosses as it is)."""
-        if self.payload_min is not None and isinstance(value, str) and len(value) >= self.payload_min:
-            try:
-                return value.encode("utf-8", "surrogateescape")
+        if self.payload_min is not None and isinstance(value, str) and \
+                str.__len__(value) >= self.payload_min:
+            try:   # str's own methods: a subclass's could hand back text or lie about a size
+                return str.encode(value, "utf-8", "surrogateescape")
             except UnicodeEncodeError:
                 pass   # a lone surrogate that stands for no byte: JSON carries it escaped
         return to_json(value, what)
@@ -930,24 +1058,51 @@ class Session:
     def restore_streams(self):
         """Flushes the user's streams and puts back ours, in case the code replaced them."""
         streams = self.streams
-        if sys.stdout is not streams[0] or sys.stderr is not streams[1]:
-            streams = (sys.stdout, sys.stderr) + streams
+        try:
+            user = (sys.stdout, sys.stderr)
+        except AttributeError:   # the code deleted one
+            user = (getattr(sys, "stdout", None), getattr(sys, "stderr", None))
+        if user[0] is not streams[0] or user[1] is not streams[1]:
+            streams = user + streams
         for stream in streams:
             try:
                 stream.flush()
-            except Exception:
+            except BaseException:   # the code's stream: whatever its flush raises is its own
                 pass
         sys.stdout, sys.stderr = self.streams
 
     def format_traceback(self, e):
-        import linecache
-        import traceback
-        for number, source in enumerate(self.cells, 1):
-            filename = f"<rlm-cell-{number}>"
-            if filename not in linecache.cache:
-                linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        drop_driver_frames(e, set())
-        return "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        """The traceback of an exception of the code's, from its own frames; never raises."""
+        try:
+            drop_driver_frames(e, set())
+            traceback, linecache = stdlib_modules("traceback", "linecache")
+            for number, source in enumerate(self.cells, 1):
+                filename = f"<rlm-cell-{number}>"
+                if filename not in linecache.cache:
+                    linecache.cache[filename] = (len(source), None, source.splitlines(True),
+                                                 filename)
+            return "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        except BaseException:   # the code broke what formatting needs (sys, a hook, a module)
+            return self.plain_traceback(e)
+
+    def plain_traceback(self, e):
+        """Where the exception passed, without the traceback module: file, line and function
+        of each frame, the cells' lines quoted."""
+        lines = ["Traceback (most recent call last):\n"]
+        try:
+            tb = e.__traceback__
+            while tb is not None and len(lines) < 200:
+                code = tb.tb_frame.f_code
+                lines.append(f'  File "{code.co_filename}", line {tb.tb_lineno}, in {code.co_name}\n')
+                cell = code.co_filename[10:-1] if code.co_filename.startswith("<rlm-cell-") else ""
+                if cell.isdigit() and 0 < int(cell) <= len(self.cells):
+                    source = self.cells[int(cell) - 1].splitlines()
+                    if 0 < tb.tb_lineno <= len(source):
+                        lines.append(f"    {source[tb.tb_lineno - 1].strip()}\n")
+                tb = tb.tb_next
+        except BaseException:
+            pass
+        return "".join(lines) + error_text(e) + "\n"
 
     def summary(self, limit=None):
         """(rows, more): the user's globals in definition order as a JSON list of {name, type,
@@ -977,13 +1132,20 @@ class Session:
                     row = SCALAR_ROW % (escape(name), kind.__name__, repr(value))
                 elif isinstance(value, ModuleType):
                     continue
+                elif id(value) in self.hung:
+                    row = ROW % (escape(name), escape(kind.__name__), "null",
+                                 '"<unlistable: ReportTimeout>"')
                 else:
                     size = size_of(value)
                     row = ROW % (escape(name), escape(kind.__name__),
                                  "null" if size is None else size, escape(preview(value)))
             except BaseException as e:
-                row = ROW % (escape(name), escape(type(value).__name__), "null",
-                             escape(f"<unlistable: {type(e).__name__}>"))
+                row = ROW % (escape(name), escape(TYPE_NAME(type(value))), "null",
+                             escape(f"<unlistable: {TYPE_NAME(type(e))}>"))
+                if type(e) is ReportTimeout:   # the time is up: no more of the code's hooks
+                    self.hung[id(value)] = value   # (held: its id stays its own)
+                    rows.append(row)
+                    break
             rows.append(row)
             if len(rows) == limit:
                 break
@@ -1067,9 +1229,11 @@ def make_helpers(session):
             if name in merged:
                 raise TypeError(f"SUBMIT got field {name!r} twice")
             merged[name] = value
-        raise Submitted(session.check_submit(
-            {name: session.field_text(value, f"SUBMIT field {name!r}")
-             for name, value in merged.items()}))
+        fields = session.check_submit({name: session.field_text(value, f"SUBMIT field {name!r}")
+                                       for name, value in merged.items()})
+        submitted = Submitted()
+        session.submitted = (submitted, fields)
+        raise submitted
 
     def llm_query(prompt, model=None):
         """Asks a language model; returns its answer text."""
@@ -1326,12 +1490,12 @@ def main(argv):
         return wait_ready(opts["--wait-ready"], timeout)
     if sys.flags.no_site:
         defer_site()
-    real_err = posix.dup(2)
-    real_out = posix.dup(1)
+    real_err = moved_high(posix.dup(2))
+    real_out = moved_high(posix.dup(1))
     if "--serve" in opts:
         transport = SocketServer(opts["--serve"])
     else:
-        transport = Stdio(posix.dup(0), real_out)
+        transport = Stdio(moved_high(posix.dup(0)), real_out)
     devnull = posix.open("/dev/null", posix.O_RDONLY)
     posix.dup2(devnull, 0)
     posix.close(devnull)
@@ -1345,10 +1509,12 @@ def main(argv):
     write_all(real_out, (encode(ready) + "\n").encode())
     try:
         session.serve_forever()
-    except Exception:
-        import traceback
-        report = "rlm driver crashed:\n" + traceback.format_exc()
-        write_all(real_err, report.encode("utf-8", "replace"))
+    except BaseException as e:
+        try:
+            report = stdlib_modules("traceback")[0].format_exc()
+        except BaseException:   # the code broke the traceback module's way in: the bare error
+            report = error_text(e) + "\n"
+        write_all(real_err, ("rlm driver crashed:\n" + report).encode("utf-8", "replace"))
         transport.close()
         return 70
 

@@ -649,6 +649,116 @@ class TestErrors(DriverTest):
         self.assertFalse(ev["timed_out"])
 
 
+class TestHostileCode(unittest.TestCase):
+    """Code that breaks what the driver uses after a block: each block still ends with one done
+    event, and the session goes on (an attacker's review found each of these ending it)."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.dir)
+        self.d = Driver(cwd=self.dir, args=("--payload-min", "1000"))
+        self.addCleanup(self.d.close)
+
+    def alive(self):
+        ev = self.d.execute("print('alive')")
+        self.assertEqual((ev["stdout"], ev["error"]), ("alive\n", None))
+
+    def test_workspace_files_named_like_the_standard_library(self):
+        # a model's helper module may well be called re.py or token.py
+        for name in ("traceback", "linecache", "tokenize", "re", "token", "textwrap"):
+            with open(os.path.join(self.dir, name + ".py"), "w") as f:
+                f.write("raise SystemExit(9)\n")
+        for code in ("int('oops')", "import json\njson.loads('x')", "def f():\n    1/0\nf()"):
+            ev = self.d.execute(code)
+            self.assertIsNotNone(ev["error"], code)
+            self.assertIn('File "<rlm-cell-', ev["traceback"], code)
+        self.assertIn("    1/0\n", ev["traceback"])
+        self.alive()
+
+    def test_hooks_that_raise_after_the_block(self):
+        cases = {
+            "import sys\ndel sys.stdout": None,
+            "import sys\nclass W:\n    def write(self, s): return len(s)\n"
+            "    def flush(self): raise SystemExit(0)\nsys.stdout = W()": None,
+            "import sys\nclass C:\n    def __eq__(self, o): raise ValueError\n"
+            "    __hash__ = None\nsys.exit(C())": "SystemExit",
+            "class Weird:\n    def __eq__(self, o): raise KeyboardInterrupt\n"
+            "class E(Exception):\n    pass\nE.__module__ = Weird()\nraise E('m')": "E: m",
+            "class X:\n    def __str__(self): raise KeyboardInterrupt\n"
+            "raise SyntaxError(X(), ('f', 1, 1, 't'))": "SyntaxError",
+            "class E(Exception):\n    def __str__(self): raise KeyboardInterrupt\nraise E()":
+                "E: <the exception's str() failed>",
+            "class D(dict):\n    def items(self): raise KeyError('no')\nFinal = D(a=1)": "KeyError",
+            "class I(int):\n    def __abs__(self): raise GeneratorExit\n"
+            "Final = ['x' * 400, I(5)]": "GeneratorExit",
+        }
+        for code, error in cases.items():
+            ev = self.d.execute(code)
+            if error is None:
+                self.assertIsNone(ev["error"], code)
+            else:
+                self.assertIn(error, ev["error"] or "", code)
+            self.alive()
+
+    def test_interrupts_and_signal_handlers_between_blocks(self):
+        self.d.execute("import threading, _thread, os, signal, subprocess\n"
+                       "threading.Timer(0.2, _thread.interrupt_main).start()\n"
+                       "threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
+                       "signal.signal(signal.SIGCHLD, lambda *a: 1 / 0)\n"
+                       "subprocess.Popen(['sleep', '0.4'])")
+        time.sleep(0.7)   # every one of them lands while the driver waits for a request
+        self.alive()
+        ev = self.d.execute("import _thread, time\n_thread.interrupt_main()\ntime.sleep(5)")
+        self.assertEqual(ev["error"], "KeyboardInterrupt")   # inside a block it interrupts
+
+    def test_a_forked_process_ends_with_its_block_and_cannot_call(self):
+        ev = self.d.execute(
+            "import os\npid = os.fork()\nif pid == 0:\n    try:\n        llm_query('x')\n"
+            "    except RuntimeError as e:\n        print('child:', e, flush=True)\n"
+            "else:\n    os.waitpid(pid, 0)\n    print('parent')")
+        self.assertIn("child: a forked process cannot talk to the host", ev["stdout"])
+        self.assertTrue(ev["stdout"].endswith("parent\n"), ev["stdout"])
+        self.alive()
+        self.alive()   # no second done event of the child's waits in the pipe
+
+    def test_submitted_fields_cannot_be_rewritten_or_forged(self):
+        ev = self.d.execute(
+            "try:\n    SUBMIT(answer=1)\nexcept BaseException as s:\n"
+            "    s.fields = {'answer': '1}}\\n{\"ev\":\"done\"'}\n    raise")
+        self.assertEqual(ev["submitted"], {"answer": 1})
+        ev = self.d.execute(
+            "class S(str):\n    def encode(self, *a): return '\\n{\"ev\":\"hello\"}\\n'\n"
+            "    def __len__(self): return 5\nSUBMIT(answer=S('x' * 2000))")
+        self.assertEqual(ev["payloads"], [{"name": "answer", "bytes": 2000}])
+        self.assertEqual(self.d.proc.stdout.read(2000), b"x" * 2000)
+        self.alive()
+
+    def test_hooks_that_never_return_are_cut_off_by_the_blocks_time(self):
+        self.d.execute("x = 1")
+        started = time.perf_counter()
+        ev = self.d.execute("import time\nclass Slow:\n    def __repr__(self):\n"
+                            "        try:\n            time.sleep(3600)\n"
+                            "        except Exception:\n            pass\n        return 's'\n"
+                            "s = Slow()", timeout=0.5)
+        self.assertLess(time.perf_counter() - started, 2.0)
+        self.assertIsNone(ev["error"])
+        rows = {v["name"]: v["preview"] for v in ev["variables"]}
+        self.assertEqual(rows["s"], "<unlistable: ReportTimeout>")
+        started = time.perf_counter()
+        ev = self.d.execute("print(x)", timeout=0.5)
+        self.assertLess(time.perf_counter() - started, 0.3, "the hung object is not tried again")
+        self.assertEqual(ev["stdout"], "1\n")
+        ev = self.d.execute("import time\nclass D(dict):\n    def items(self):\n"
+                            "        time.sleep(3600)\nFinal = D(a=1)", timeout=0.5)
+        self.assertIn("ReportTimeout", ev["error"])
+        self.alive()
+
+    def test_closing_descriptors_spares_the_protocol(self):
+        ev = self.d.execute("import os\nos.closerange(3, 100)\nprint('closed')")
+        self.assertEqual(ev["stdout"], "closed\n")
+        self.alive()
+
+
 class TestCalls(DriverTest):
     def test_llm_query_round_trip(self):
         rid = self.d.start("r = llm_query('What is 6*7?', model='small')\nprint(r)")
