@@ -49,7 +49,8 @@ Execute semantics
 - One persistent namespace (a module registered as __main__). `variables` are set as globals
   first. A last statement that is a bare expression with a non-None value prints its repr.
 - fd 1 and fd 2 point at private temp files at the start of every block (code that moved or
-  closed them finds them put back; what reached the files before is the block's output); the
+  closed them finds them put back, and a sys.stdout or sys.stderr it closed or detached is made
+  anew; what reached the files before is the block's output); the
   protocol uses close-on-exec dups of the original stdin/stdout, numbered 100 and up (as the
   captures' own: away from the numbers the code's files get), and fd 0 reads /dev/null: subprocesses cannot reach the
   protocol. The code itself runs in the driver's process and could (the host trusts no event
@@ -723,6 +724,7 @@ class Session:
         self.stdout = Capture(1, capture_dir)
         self.stderr = Capture(2, capture_dir)
         self.streams = (sys.stdout, sys.stderr)
+        self.stream_errors = (sys.stdout.errors, sys.stderr.errors)
         self.request_id = None
         self.submitted = None   # (the Submitted SUBMIT raised, its fields) in this block
         self.output_names = DEFAULT_OUTPUT_NAMES
@@ -1068,8 +1070,17 @@ class Session:
             try:
                 stream.flush()
             except BaseException:   # the code's stream: whatever its flush raises is its own
-                pass
+                if stream is self.streams[0] or stream is self.streams[1]:
+                    self.renew_stream(stream)   # ours, closed or detached by the code
         sys.stdout, sys.stderr = self.streams
+
+    def renew_stream(self, stream):
+        """A new sys.stdout or sys.stderr in place of ours, made as -u made it (UTF-8, each
+        write passed on at once, its error handler)."""
+        k = 0 if stream is self.streams[0] else 1
+        fresh = io.TextIOWrapper(io.FileIO(k + 1, "w", closefd=False), encoding="utf-8",
+                                 errors=self.stream_errors[k], write_through=True)
+        self.streams = (fresh, self.streams[1]) if k == 0 else (self.streams[0], fresh)
 
     def format_traceback(self, e):
         """The traceback of an exception of the code's, from its own frames; never raises."""

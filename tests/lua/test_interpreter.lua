@@ -39,6 +39,23 @@ tests["a killed driver is a clear error and the interpreter recovers"] = functio
   T.eq(run.state_lost, false)
 end
 
+tests["a driver's end is reported with its own last words, not an earlier driver's"] = function()
+  local i = interp{}
+  -- the driver's real stderr: the first of its own writable pipes (driver.py's main dups it first)
+  local die = [[
+import fcntl, os, stat
+fd = min(f for f in range(3, 1024) if os.path.exists('/proc/self/fd/%d' % f)
+         and stat.S_ISFIFO(os.fstat(f).st_mode)
+         and fcntl.fcntl(f, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY)
+os.write(fd, b'WORDS\n')
+os._exit(3)]]
+  local _, run = i:execute((die:gsub("WORDS", "first words")))
+  T.contains(run.error, "first words")
+  _, run = i:execute((die:gsub("WORDS", "second words")))
+  T.contains(run.error, "second words")
+  T.eq(run.error:find("first words", 1, true), nil, run.error)
+end
+
 tests["writes outside the workspace and the volume fail; the host is unchanged"] = function()
   local i = interp{}
   local home = assert(sys.getenv("HOME"))

@@ -753,6 +753,15 @@ class TestHostileCode(unittest.TestCase):
         self.assertIn("ReportTimeout", ev["error"])
         self.alive()
 
+    def test_a_closed_or_detached_sys_stdout_is_made_anew(self):
+        for code in ("import sys\nsys.stdout.close()", "import sys\nsys.stderr.detach()",
+                     "import sys\nsys.stdout.detach()\nsys.stderr.close()"):
+            self.d.execute(code)
+            ev = self.d.execute("import sys\nprint('back \u00e9')\nprint('err', file=sys.stderr)\n"
+                                "x = 5\nx")
+            self.assertEqual((ev["stdout"], ev["stderr"], ev["error"]),
+                             ("back \u00e9\n5\n", "err\n", None), code)
+
     def test_closing_descriptors_spares_the_protocol(self):
         ev = self.d.execute("import os\nos.closerange(3, 100)\nprint('closed')")
         self.assertEqual(ev["stdout"], "closed\n")

@@ -441,6 +441,7 @@ function Sandbox:start_driver()
   local proc, err = sys.spawn(o)
   if not proc then error("cannot start the sandbox: " .. err, 0) end
   self.proc = proc
+  self.stderr_tail = ""   -- what an earlier driver said is not this one's
   -- Here, unless create did it: the walk then runs while bubblewrap and Python start.
   sweep_orphans(self.root:match("^(.*)/[^/]+$"))
   return true
