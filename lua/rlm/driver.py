@@ -906,6 +906,7 @@ class Session:
             if isinstance(e, MemoryError):
                 self.reserve = None  # room to report it; taken back below when there is some
             error, traceback_text = error_text(e), self.format_traceback(e)
+        self.submitted = None   # with the Submitted, SUBMIT's frame and its values go
         if self.forked:
             self.restore_streams()
             posix._exit(0 if error is None else 1)
@@ -922,6 +923,12 @@ class Session:
             if self.report_cut:   # the timer ran out meanwhile and was set again: stopped
                 self.report_cut = False
                 _signal.setitimer(_signal.ITIMER_REAL, 0)
+
+    def submission(self, fields):
+        """The Submitted for SUBMIT to raise, its fields kept here."""
+        s = Submitted()
+        self.submitted = (s, fields)
+        return s
 
     def submitted_by(self, s):
         """The fields SUBMIT computed for the Submitted s; None for one raised again after
@@ -1240,11 +1247,11 @@ def make_helpers(session):
             if name in merged:
                 raise TypeError(f"SUBMIT got field {name!r} twice")
             merged[name] = value
-        fields = session.check_submit({name: session.field_text(value, f"SUBMIT field {name!r}")
-                                       for name, value in merged.items()})
-        submitted = Submitted()
-        session.submitted = (submitted, fields)
-        raise submitted
+        # No local of this frame holds the Submitted: its traceback holds the frame, and such a
+        # cycle would keep the values (100 MB of them, maybe) until Python's cycle collector ran.
+        raise session.submission(session.check_submit(
+            {name: session.field_text(value, f"SUBMIT field {name!r}")
+             for name, value in merged.items()}))
 
     def llm_query(prompt, model=None):
         """Asks a language model; returns its answer text."""

@@ -948,6 +948,19 @@ class TestPayloads(DriverTest):
         self.assertEqual(self.d.proc.stdout.read(len(data)), data)
         self.assertEqual(self.run_ok("print(len(v))")["stdout"], f"{len(data) - 1000}\n")
 
+    def test_a_submitted_value_is_let_go_with_its_block(self):
+        d = Driver(args=("--payload-min", "1000"))
+        self.addCleanup(d.close)
+        rss = "int(open('/proc/self/status').read().split('VmRSS:')[1].split()[0]) // 1024"
+        before = int(d.execute(f"print({rss})")["stdout"])
+        for _ in range(2):
+            ev = d.execute("SUBMIT(s='b' * (64 << 20))")
+            left = ev["payloads"][0]["bytes"]
+            while left:
+                left -= len(d.proc.stdout.read(left))
+        after = int(d.execute(f"print({rss})")["stdout"])
+        self.assertLess(after - before, 32, f"the driver holds {after - before} MB more")
+
     def test_no_payloads_without_payload_min(self):
         ev = self.run_ok("SUBMIT(s='x' * 100000)")
         self.assertNotIn("payloads", ev)
