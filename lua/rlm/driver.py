@@ -56,7 +56,8 @@ Execute semantics
   protocol. The code itself runs in the driver's process and could (the host trusts no event
   beyond its own checks); a process it forks gets no protocol (its calls fail) and ends with its
   block. Ctrl-C (SIGINT, _thread.interrupt_main) raises KeyboardInterrupt in a running block
-  and is dropped between blocks and while a call waits for its reply. Output longer than max_output_chars keeps
+  and is dropped between blocks and while a call waits for its reply. A trace or profile
+  function the code sets (sys.settrace) lasts until its block ends. Output longer than max_output_chars keeps
   head and tail around a line `... [N characters cut] ...`; stdout_chars/stderr_chars count
   every character (for invalid UTF-8 the count is of lead bytes). Text is decoded as UTF-8
   with U+FFFD for bad bytes.
@@ -135,8 +136,9 @@ PLAIN_EXECUTE = frozenset(("op", "id", "timeout", "code"))
 # The names a module starts with: skipped by the variables listing without slicing each one.
 MODULE_NAMES = frozenset(vars(ModuleType("__main__"))) | {"__builtins__"}
 DRIVER_GLOBALS = globals()
-# The standard library's folders (what sys.path holds at start, without the script's folder).
-STDLIB_PATH = [p for p in sys.path if p and p != posix.getcwd()]
+# The standard library's folders: what sys.path holds at start, but the working directory
+# ("" under -c), which main() puts first for the code's imports.
+STDLIB_PATH = [p for p in sys.path if p]
 JSON_SPACE = " \t\n\r"
 
 
@@ -899,11 +901,14 @@ class Session:
                 error = "RuntimeError: a SUBMIT the code caught was raised after another one"
         except SystemExit as e:
             # sys.exit() / sys.exit(0) ends the block as a script ends: not an error
-            code = e.args[0] if len(e.args) == 1 else e.args or None
+            try:
+                code = e.args[0] if len(e.args) == 1 else e.args or None
+            except BaseException:   # an args of the code's own making
+                code = 1
             if not (code is None or type(code) in (int, bool) and code == 0):
                 error, traceback_text = error_text(e), self.format_traceback(e)
         except BaseException as e:
-            if isinstance(e, MemoryError):
+            if issubclass(type(e), MemoryError):   # (isinstance may ask the code's __class__)
                 self.reserve = None  # room to report it; taken back below when there is some
             error, traceback_text = error_text(e), self.format_traceback(e)
         self.submitted = None   # with the Submitted, SUBMIT's frame and its values go
@@ -1043,6 +1048,11 @@ class Session:
                 if value is not None:
                     print(repr(value))
         finally:
+            # A trace or profile function of the code's lasts until its block ends: the driver's
+            # own frames are not the code's to trace (a tracer's prints would become output).
+            if sys.gettrace() is not None or sys.getprofile() is not None:
+                sys.settrace(None)
+                sys.setprofile(None)
             with self.io_lock:   # a call a thread of the code makes reads these
                 self.running = self.block_running = False
                 self.in_protocol = True

@@ -762,6 +762,18 @@ class TestHostileCode(unittest.TestCase):
             self.assertEqual((ev["stdout"], ev["stderr"], ev["error"]),
                              ("back \u00e9\n5\n", "err\n", None), code)
 
+    def test_a_tracer_of_the_codes_lasts_until_its_block_ends(self):
+        for setter in ("settrace", "setprofile"):
+            ev = self.d.execute(f"import sys\ndef t(*a):\n    print(a[0].f_code.co_filename)\n"
+                                f"    return t\nsys.{setter}(t)\nx = 2")
+            traced = set(ev["stdout"].split())
+            if setter == "settrace":   # (a profiler sees the calls that take it away)
+                self.assertEqual(traced, {"<rlm-cell-%d>" % self.d.next_id})   # the code's only
+            ev = self.d.execute("def f():\n    return x + 1\nprint(f())")
+            self.assertEqual(ev["stdout"], "3\n", setter)
+        self.d.execute("import sys\nsys.settrace(lambda *a: 1 / 0)")
+        self.alive()
+
     def test_closing_descriptors_spares_the_protocol(self):
         ev = self.d.execute("import os\nos.closerange(3, 100)\nprint('closed')")
         self.assertEqual(ev["stdout"], "closed\n")
