@@ -50,7 +50,10 @@ Execute semantics
   first. A last statement that is a bare expression with a non-None value prints its repr.
 - fd 1 and fd 2 point at private temp files at the start of every block (code that moved or
   closed them finds them put back, and a sys.stdout or sys.stderr it closed or detached is made
-  anew; what reached the files before is the block's output); the
+  anew; what reached the files since the last block is the block's output: a thread or a
+  background process still writing there loses nothing, its later lines go to later blocks.
+  The files are not emptied under such writers: what was taken is freed as holes, and a file
+  starts again from empty only past 256 MB, or half of limits.file_size); the
   protocol uses close-on-exec dups of the original stdin/stdout, numbered 100 and up (as the
   captures' own: away from the numbers the code's files get), and fd 0 reads /dev/null: subprocesses cannot reach the
   protocol. The code itself runs in the driver's process and could (the host trusts no event
@@ -118,6 +121,12 @@ PREVIEW_ITEMS = 8
 # took 28 ms an execute; the listing stops after these and the count is len() arithmetic.
 MAX_VARIABLES = 50
 READ_CHUNK = 1 << 20
+# A capture file keeps growing (Capture.let_go): what was taken is freed once it reaches this
+# many bytes, and the file starts again from empty past CAPTURE_REWIND (or half of
+# limits.file_size, if smaller).
+CAPTURE_PUNCH = 16 << 10
+CAPTURE_REWIND = 256 << 20
+PAGE_SIZE = posix.sysconf("SC_PAGE_SIZE")
 HIGH_FD_MIN = 100   # the driver's own descriptors: see moved_high
 # Memory held back for the driver's own work after user code ran out (under limits.memory the
 # code's data stays alive in its globals): released when a block ends in MemoryError. The limit
@@ -273,6 +282,34 @@ def moved_high(fd):
     return high
 
 
+def punch_hole(fd, begin, end):
+    """Frees bytes [begin, end) of a file (whole pages) without changing its size or any
+    offset: MADV_REMOVE on a shared mapping of them (tmpfs, and the file systems that punch
+    holes). False where that cannot be done. mmap is imported only now: it costs 0.7 ms."""
+    if end <= begin:
+        return True
+    try:
+        import mmap
+        with mmap.mmap(fd, end - begin, offset=begin) as m:
+            m.madvise(mmap.MADV_REMOVE)
+        return True
+    except (ImportError, OSError, ValueError, AttributeError):
+        return False
+
+
+def rewind_limit():
+    """Where a capture file starts again from empty: CAPTURE_REWIND, or half of the largest
+    file the code may write (RLIMIT_FSIZE) when that is smaller."""
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if soft != resource.RLIM_INFINITY and soft >= 0:
+            return min(CAPTURE_REWIND, soft // 2)
+    except (ImportError, OSError, ValueError):
+        pass
+    return CAPTURE_REWIND
+
+
 def write_all(fd, data):
     written = posix.write(fd, data)
     if written < len(data):   # a pipe takes a short line whole; a big one goes in pieces
@@ -395,38 +432,61 @@ class Capture:
         would be read and emptied."""
         name = f"rlm-driver-{posix.getpid()}-{self.target}-{posix.urandom(4).hex()}"
         path = f"{self.directory}/{name}"
-        fd = posix.open(path, posix.O_RDWR | posix.O_CREAT | posix.O_EXCL, 0o600)
+        # O_APPEND: every write lands at the end, where take looks, even after the code moved
+        # fd 1's offset (the file is not emptied after each block: let_go)
+        fd = posix.open(path, posix.O_RDWR | posix.O_APPEND | posix.O_CREAT | posix.O_EXCL, 0o600)
         posix.unlink(path)
         self.fd = moved_high(fd)
+        self.start = self.freed = 0   # bytes taken; bytes of them freed (let_go)
+        self.rewind_at = None
         posix.dup2(self.fd, self.target)
 
     def take(self, limit):
-        """(text, total characters) written since the last take; empties the file."""
-        # The bytes written since the last take are the file's size, which fd `target` writes
-        # into unless the code moved or closed it (`reattach` puts it back after each block).
-        # Its end is where the next write goes in any case: an lseek, with no stat to build.
+        """(text, total characters) written since the last take."""
+        # The bytes written since the last take end at the file's size, which fd `target`
+        # writes into unless the code moved or closed it (`reattach` puts it back after each
+        # block). Its end is where the next write goes in any case: an lseek, with no stat.
         try:
             size = posix.lseek(self.fd, 0, io.SEEK_END)
         except OSError:   # the code closed the file's descriptor: what it held went with it
             self.renew()
             return "", 0
-        if size == 0:
+        start = self.start
+        if size == start:
             return "", 0
-        if size <= limit:  # never more characters than bytes
-            text = posix.pread(self.fd, size, 0).decode("utf-8", "replace")
+        if size - start <= limit:  # never more characters than bytes
+            text = posix.pread(self.fd, size - start, start).decode("utf-8", "replace")
             total = len(text)
         else:
-            total = self.count_chars(size)
+            total = self.count_chars(start, size)
             if total <= limit:
-                text = posix.pread(self.fd, size, 0).decode("utf-8", "replace")
+                text = posix.pread(self.fd, size - start, start).decode("utf-8", "replace")
             else:
-                text = self.head_and_tail(size, limit, total)
-        self.clear()
+                text = self.head_and_tail(start, size, limit, total)
+        self.let_go(size)
         return text, total
+
+    def let_go(self, size):
+        """Marks the file's first `size` bytes taken. The file is not emptied: a thread or a
+        process of the code may still be writing into it, and what it wrote between the take
+        and the emptying would be lost. It grows instead, and the pages taken are freed (a
+        hole punched, CAPTURE_PUNCH bytes or more at a time). Past half of the largest file
+        the code may write (limits.file_size), it is emptied after all."""
+        self.start = size
+        if size - self.freed < CAPTURE_PUNCH:
+            return
+        if self.rewind_at is None:
+            self.rewind_at = rewind_limit()
+        end = size - size % PAGE_SIZE
+        if size >= self.rewind_at or not punch_hole(self.fd, self.freed, end):
+            self.clear()
+        else:
+            self.freed = end
 
     def clear(self):
         posix.ftruncate(self.fd, 0)
         posix.lseek(self.fd, 0, io.SEEK_SET)  # the offset is shared with fd 1/2 and subprocesses
+        self.start = self.freed = 0
 
     def reattach(self):
         """Points fd `target` at the file (again: the code may have moved or closed it)."""
@@ -440,8 +500,8 @@ class Capture:
         self.reattach()
         self.clear()
 
-    def count_chars(self, size):
-        total = offset = 0
+    def count_chars(self, start, size):
+        total, offset = 0, start
         while offset < size:
             chunk = posix.pread(self.fd, READ_CHUNK, offset)
             if not chunk:
@@ -450,12 +510,13 @@ class Capture:
             total += len(chunk.translate(None, UTF8_CONTINUATION))
         return total
 
-    def head_and_tail(self, size, limit, total):
+    def head_and_tail(self, start, size, limit, total):
         # A character is at most 4 bytes; 3 more bytes cover a character split at the tail's start.
         head_n = limit // 2
         tail_n = limit - head_n
-        head = posix.pread(self.fd, 4 * head_n, 0).decode("utf-8", "replace")[:head_n]
-        tail_bytes = min(size, 4 * tail_n + 3)
+        head = posix.pread(self.fd, min(4 * head_n, size - start), start).decode(
+            "utf-8", "replace")[:head_n]
+        tail_bytes = min(size - start, 4 * tail_n + 3)
         tail = posix.pread(self.fd, tail_bytes, size - tail_bytes).decode("utf-8", "replace")
         tail = tail[-tail_n:]
         return f"{head}\n... [{total - head_n - tail_n} characters cut] ...\n{tail}"

@@ -56,6 +56,25 @@ os._exit(3)]]
   T.eq(run.error:find("first words", 1, true), nil, run.error)
 end
 
+-- The capture files are never emptied under a writer that may still be at it: what was taken
+-- is freed instead. Forty blocks of 1 MB each go through a capture folder of 4 MB.
+tests["output taken is freed: blocks print 20x the capture folder's size in all"] = function()
+  local i = interp{limits = {output = "2M"}, max_output_chars = 100}
+  for k = 1, 40 do
+    local _, run = i:execute("import sys\nsys.stdout.write('y' * 1000000)\nprint('e', file=sys.stderr)")
+    T.eq({run.error, run.stdout_chars, run.stderr}, {nil, 1000000, "e\n"}, "block " .. k)
+  end
+  local _, run = i:execute("import os\nst = os.statvfs('/run/rlm')\n" ..
+                           "print((st.f_blocks - st.f_bfree) * st.f_frsize)")
+  T.truthy(tonumber(run.stdout) < 1 << 20, "the capture folder holds " .. run.stdout)
+  -- a growing file would pass limits.file_size: it starts again from empty before that
+  i = interp{limits = {file_size = "1M"}, max_output_chars = 100}
+  for k = 1, 10 do
+    local _, run = i:execute("print('z' * 299999)")
+    T.eq({run.error, run.stdout_chars}, {nil, 300000}, "block " .. k .. " under limits.file_size")
+  end
+end
+
 tests["writes outside the workspace and the volume fail; the host is unchanged"] = function()
   local i = interp{}
   local home = assert(sys.getenv("HOME"))

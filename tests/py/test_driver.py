@@ -400,6 +400,27 @@ class TestOutput(DriverTest):
         self.run_ok("import os\nos.close(1)")
         self.assertEqual(self.run_ok("print('back')")["stdout"], "back\n")
 
+    def test_writers_that_outlive_their_block_lose_nothing(self):
+        # A thread writing without pause, and a process left running in the background: every
+        # line reaches some block's output, in order (the capture is never emptied under them).
+        self.run_ok("import os, subprocess, threading, time\n"
+                    "def spam():\n    i = 0\n    while True:\n"
+                    "        os.write(1, b'%d\\n' % i)\n        i += 1\n        time.sleep(0.0001)\n"
+                    "threading.Thread(target=spam, daemon=True).start()\n"
+                    "p = subprocess.Popen(['/bin/sh', '-c', 'i=0; while [ $i -lt 3000 ]; do "
+                    "echo $i >&2; i=$((i+1)); done'])")
+        out, err = [], []
+        for _ in range(150):
+            ev = self.run_ok("time.sleep(0.002)", max_output_chars=10 ** 9)
+            out += ev["stdout"].split()
+            err += ev["stderr"].split()
+        self.run_ok("p.wait()")
+        err += self.run_ok("pass", max_output_chars=10 ** 9)["stderr"].split()
+        numbers = [int(x) for x in out[:-1]]   # the last one may be cut mid-line
+        self.assertGreater(len(numbers), 500)
+        self.assertEqual(numbers, list(range(numbers[0], numbers[0] + len(numbers))))
+        self.assertEqual(err, [str(i) for i in range(3000)])
+
     def test_moved_fd_1_and_2_keep_what_came_before_and_are_put_back(self):
         with tempfile.TemporaryDirectory() as tmp:
             path = f"{tmp}/elsewhere"
