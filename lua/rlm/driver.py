@@ -454,6 +454,8 @@ class Capture:
         start = self.start
         if size == start:
             return "", 0
+        if size < start:   # the code cut the file (os.ftruncate(1, 0)): what is there is new
+            start = self.start = self.freed = 0
         if size - start <= limit:  # never more characters than bytes
             text = posix.pread(self.fd, size - start, start).decode("utf-8", "replace")
             total = len(text)

@@ -421,6 +421,12 @@ class TestOutput(DriverTest):
         self.assertEqual(numbers, list(range(numbers[0], numbers[0] + len(numbers))))
         self.assertEqual(err, [str(i) for i in range(3000)])
 
+    def test_a_capture_file_the_code_empties_still_captures(self):
+        self.run_ok("print('a' * 10)")
+        ev = self.run_ok("import os\nos.ftruncate(1, 0)\nprint('after')")
+        self.assertEqual(ev["stdout"], "after\n")
+        self.assertEqual(self.run_ok("print('next')")["stdout"], "next\n")
+
     def test_moved_fd_1_and_2_keep_what_came_before_and_are_put_back(self):
         with tempfile.TemporaryDirectory() as tmp:
             path = f"{tmp}/elsewhere"
