@@ -52,8 +52,9 @@ Execute semantics
   closed them finds them put back, and a sys.stdout or sys.stderr it closed or detached is made
   anew; what reached the files since the last block is the block's output: a thread or a
   background process still writing there loses nothing, its later lines go to later blocks.
-  The files are not emptied under such writers: what was taken is freed as holes, and a file
-  starts again from empty only past 256 MB, or half of limits.file_size); the
+  A file is emptied after a block only when no thread of the code's runs and nothing came
+  since it was read; otherwise what was taken is freed as holes, and the file starts again
+  from empty past 256 MB, or half of limits.file_size); the
   protocol uses close-on-exec dups of the original stdin/stdout, numbered 100 and up (as the
   captures' own: away from the numbers the code's files get), and fd 0 reads /dev/null: subprocesses cannot reach the
   protocol. The code itself runs in the driver's process and could (the host trusts no event
@@ -456,24 +457,33 @@ class Capture:
             return "", 0
         if size < start:   # the code cut the file (os.ftruncate(1, 0)): what is there is new
             start = self.start = self.freed = 0
-        if size - start <= limit:  # never more characters than bytes
-            text = posix.pread(self.fd, size - start, start).decode("utf-8", "replace")
-            total = len(text)
-        else:
-            total = self.count_chars(start, size)
-            if total <= limit:
+        try:
+            if size - start <= limit:  # never more characters than bytes
                 text = posix.pread(self.fd, size - start, start).decode("utf-8", "replace")
+                total = len(text)
             else:
-                text = self.head_and_tail(start, size, limit, total)
+                total = self.count_chars(start, size)
+                if total <= limit:
+                    text = posix.pread(self.fd, size - start, start).decode("utf-8", "replace")
+                else:
+                    text = self.head_and_tail(start, size, limit, total)
+        except BaseException:   # cut off by the block's time (a 20 GB sparse file): not again
+            self.clear()
+            raise
         self.let_go(size)
         return text, total
 
     def let_go(self, size):
-        """Marks the file's first `size` bytes taken. The file is not emptied: a thread or a
-        process of the code may still be writing into it, and what it wrote between the take
-        and the emptying would be lost. It grows instead, and the pages taken are freed (a
-        hole punched, CAPTURE_PUNCH bytes or more at a time). Past half of the largest file
-        the code may write (limits.file_size), it is emptied after all."""
+        """Marks the file's first `size` bytes taken. It is emptied when nothing seems to be
+        writing into it any more: no thread of the code's runs (a Python thread writes just
+        when the driver's own system calls let it) and nothing came since `size` was read.
+        Otherwise what was written between the take and the emptying would be lost: the file
+        grows instead, and the pages taken are freed (a hole punched, CAPTURE_PUNCH bytes or
+        more at a time); past half of the largest file the code may write (limits.file_size),
+        it is emptied after all."""
+        if _thread._count() == 0 and posix.lseek(self.fd, 0, io.SEEK_END) == size:
+            self.clear()
+            return
         self.start = size
         if size - self.freed < CAPTURE_PUNCH:
             return
@@ -486,8 +496,11 @@ class Capture:
             self.freed = end
 
     def clear(self):
-        posix.ftruncate(self.fd, 0)
-        posix.lseek(self.fd, 0, io.SEEK_SET)  # the offset is shared with fd 1/2 and subprocesses
+        try:
+            posix.ftruncate(self.fd, 0)
+            posix.lseek(self.fd, 0, io.SEEK_SET)  # the offset is shared with fd 1/2 and others
+        except OSError:   # the code put another file (read-only, say) at the file's number
+            self.renew()
         self.start = self.freed = 0
 
     def reattach(self):

@@ -67,11 +67,18 @@ tests["output taken is freed: blocks print 20x the capture folder's size in all"
   local _, run = i:execute("import os\nst = os.statvfs('/run/rlm')\n" ..
                            "print((st.f_blocks - st.f_bfree) * st.f_frsize)")
   T.truthy(tonumber(run.stdout) < 1 << 20, "the capture folder holds " .. run.stdout)
-  -- a growing file would pass limits.file_size: it starts again from empty before that
+  -- a growing file would pass limits.file_size: it starts again from empty before that, and
+  -- at once when no thread of the code's may still write (each block has all of the limit)
   i = interp{limits = {file_size = "1M"}, max_output_chars = 100}
   for k = 1, 10 do
+    local _, run = i:execute(("print('z' * %d)"):format(k % 2 == 0 and 499999 or 599999))
+    T.eq({run.error, run.stdout_chars}, {nil, k % 2 == 0 and 500000 or 600000},
+         "block " .. k .. " under limits.file_size")
+  end
+  i:execute("import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()")
+  for k = 1, 10 do
     local _, run = i:execute("print('z' * 299999)")
-    T.eq({run.error, run.stdout_chars}, {nil, 300000}, "block " .. k .. " under limits.file_size")
+    T.eq({run.error, run.stdout_chars}, {nil, 300000}, "block " .. k .. " beside a thread")
   end
 end
 

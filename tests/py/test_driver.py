@@ -801,6 +801,21 @@ class TestHostileCode(unittest.TestCase):
         self.d.execute("import sys\nsys.settrace(lambda *a: 1 / 0)")
         self.alive()
 
+    def test_a_huge_sparse_capture_file_costs_one_block(self):
+        ev = self.d.execute("import os\nos.ftruncate(1, 8 << 30)", timeout=0.5,
+                            max_output_chars=100)
+        self.assertIn("ReportTimeout", ev["error"])   # 8 GB of holes to read: cut off
+        self.alive()
+
+    def test_a_read_only_file_put_at_the_captures_number_is_replaced(self):
+        self.d.execute("import os\nopen('ro.txt', 'w').write('x\\n')\n"
+                       "fd = [int(f) for f in os.listdir('/proc/self/fd') if int(f) >= 100 and "
+                       "'rlm-driver-' in os.readlink('/proc/self/fd/' + f) and "
+                       "'-1-' in os.readlink('/proc/self/fd/' + f)][0]\n"
+                       "os.dup2(os.open('ro.txt', os.O_RDONLY), fd)")
+        self.d.execute("pass")
+        self.alive()
+
     def test_closing_descriptors_spares_the_protocol(self):
         ev = self.d.execute("import os\nos.closerange(3, 100)\nprint('closed')")
         self.assertEqual(ev["stdout"], "closed\n")
