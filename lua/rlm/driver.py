@@ -465,6 +465,10 @@ class Capture:
                 total = self.count_chars(start, size)
                 if total <= limit:
                     text = posix.pread(self.fd, size - start, start).decode("utf-8", "replace")
+                    if len(text) > limit:   # stray continuation bytes: each one a U+FFFD
+                        total = len(text)
+                        text = cut_text(text[:limit // 2], text[len(text) - (limit - limit // 2):],
+                                        total)
                 else:
                     text = self.head_and_tail(start, size, limit, total)
         except BaseException:   # cut off by the block's time (a 20 GB sparse file): not again
@@ -533,8 +537,12 @@ class Capture:
             "utf-8", "replace")[:head_n]
         tail_bytes = min(size - start, 4 * tail_n + 3)
         tail = posix.pread(self.fd, tail_bytes, size - tail_bytes).decode("utf-8", "replace")
-        tail = tail[-tail_n:]
-        return f"{head}\n... [{total - head_n - tail_n} characters cut] ...\n{tail}"
+        return cut_text(head, tail[-tail_n:], total)
+
+
+def cut_text(head, tail, total):
+    """head and tail of a text of `total` characters, around a line that counts the rest."""
+    return f"{head}\n... [{total - len(head) - len(tail)} characters cut] ...\n{tail}"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -421,6 +421,14 @@ class TestOutput(DriverTest):
         self.assertEqual(numbers, list(range(numbers[0], numbers[0] + len(numbers))))
         self.assertEqual(err, [str(i) for i in range(3000)])
 
+    def test_output_of_stray_continuation_bytes_is_kept_and_cut(self):
+        ev = self.run_ok("import os\nn = os.write(1, b'\\x80' * 3000)", max_output_chars=1000)
+        self.assertEqual(ev["stdout_chars"], 3000)
+        self.assertEqual(len(ev["stdout"]), 1000 + len("\n... [2000 characters cut] ...\n"))
+        self.assertIn("\n... [2000 characters cut] ...\n", ev["stdout"])
+        ev = self.run_ok("import os\nn = os.write(1, b'\\x80' * 30)", max_output_chars=1000)
+        self.assertEqual((ev["stdout"], ev["stdout_chars"]), ("\ufffd" * 30, 30))
+
     def test_a_capture_file_the_code_empties_still_captures(self):
         self.run_ok("print('a' * 10)")
         ev = self.run_ok("import os\nos.ftruncate(1, 0)\nprint('after')")
