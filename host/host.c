@@ -30,6 +30,7 @@ static const luaL_Reg host_bindings[] = {
 volatile sig_atomic_t host_signal;
 static lua_State *signal_state;
 static int signal_pipe[2] = {-1, -1};
+static pid_t signal_pid, signal_tid;   /* rlm's process and its Lua thread */
 
 const struct embedded_file *host_embedded(const char *path)
 {
@@ -226,7 +227,15 @@ lua_State *host_newstate(void)
 
 /* Signals: the handler only records the signal, pokes the self-pipe (which wakes the event
  * loop's wait) and arms a count hook, the same trick lua.c uses, so that plain Lua code is
- * interrupted too. Both paths then raise "interrupted" from normal Lua context. */
+ * interrupted too. Both paths then raise "interrupted" from normal Lua context.
+ *
+ * The hook may be set only from the Lua thread: another thread would race it on the state's
+ * call frames. The kernel gives a signal sent to rlm to any thread that has it unblocked, and
+ * to another one whenever the Lua thread already has one pending or waits in vfork; so the
+ * threads rlm's libraries start run with every signal blocked (loop.c), and should a thread
+ * rlm did not make take one all the same, the handler there passes it on to the Lua thread and
+ * does nothing else. In a vfork child (another process, whose parent is held until it execs)
+ * it does what it does in rlm. */
 static void interrupt_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
@@ -237,6 +246,11 @@ static void interrupt_hook(lua_State *L, lua_Debug *ar)
 static void on_signal(int signo)
 {
     int saved = errno;
+    if (getpid() == signal_pid && gettid() != signal_tid) {
+        tgkill(signal_pid, signal_tid, signo);
+        errno = saved;
+        return;
+    }
     host_signal = signo;
     if (signal_pipe[1] >= 0) {
         ssize_t r = write(signal_pipe[1], "!", 1);
@@ -250,6 +264,8 @@ static void on_signal(int signo)
 void host_install_signals(lua_State *L)
 {
     signal_state = L;
+    signal_pid = getpid();
+    signal_tid = gettid();
     if (signal_pipe[0] < 0 && pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
         signal_pipe[0] = signal_pipe[1] = -1;
     struct sigaction sa;

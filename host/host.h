@@ -40,7 +40,9 @@ void host_newclass(lua_State *L, const char *name, const luaL_Reg *metamethods,
 const struct embedded_file *host_embedded(const char *path);
 
 /* SIGINT/SIGTERM set host_signal and interrupt the running Lua code (and the event loop)
- * with the error "interrupted", so <close> handlers and cleanup run before the exit. */
+ * with the error "interrupted", so <close> handlers and cleanup run before the exit. The
+ * thread that installs them is the Lua thread: a signal another thread takes is passed on to
+ * it. */
 extern volatile sig_atomic_t host_signal;
 void host_install_signals(lua_State *L);
 /* Raises "interrupted" if a signal arrived and has not been handled yet. */

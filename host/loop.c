@@ -12,6 +12,7 @@
  * CURL_POLL_REMOVE): a closed one leaves the set silently, where poll() said POLLNVAL. */
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,8 @@ struct loop {
     size_t nready, canready;
     int epfd;                    /* the epoll set of the watches (and the signal pipe) */
     int signal_watched;
+    int signals_held;            /* curl started a lookup: signals blocked until its call returns */
+    sigset_t unheld;             /* the mask to restore then */
     lua_Integer next_id;
     struct h1_pool *h1;
 };
@@ -151,13 +154,40 @@ loop *loop_get(lua_State *L)
     return lp;
 }
 
-static void on_curl_ready(void *ud, int fd, short revents)
+/* curl's threaded resolver starts a thread for each name it looks up, from inside rlm's call
+ * into curl, and a thread starts with its creator's signal mask: with rlm's signals open, it
+ * would take them whenever the Lua thread could not (see host.c) and run rlm's handler beside
+ * it. So from the moment curl announces a lookup until its call returns, the Lua thread blocks
+ * every signal; one that arrives meanwhile is delivered to it then. Held from the lookup on
+ * rather than around every call, which would add two system calls to each of curl's calls. */
+static int hold_signals(void *resolver, void *reserved, void *ud)
 {
     loop *lp = ud;
-    /* No bits (an error or hang-up alone): curl looks at the socket itself. */
-    int bits = (revents & POLLIN ? CURL_CSELECT_IN : 0) | (revents & POLLOUT ? CURL_CSELECT_OUT : 0);
+    if (!lp->signals_held) {
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &lp->unheld);
+        lp->signals_held = 1;
+    }
+    return 0;
+}
+
+/* Every call into curl's transfers goes through here. */
+static void curl_act(loop *lp, curl_socket_t fd, int bits)
+{
     int running;
     curl_multi_socket_action(lp->multi, fd, bits, &running);
+    if (lp->signals_held) {
+        lp->signals_held = 0;
+        pthread_sigmask(SIG_SETMASK, &lp->unheld, NULL);
+    }
+}
+
+static void on_curl_ready(void *ud, int fd, short revents)
+{
+    /* No bits (an error or hang-up alone): curl looks at the socket itself. */
+    int bits = (revents & POLLIN ? CURL_CSELECT_IN : 0) | (revents & POLLOUT ? CURL_CSELECT_OUT : 0);
+    curl_act(ud, fd, bits);
 }
 
 /* curl says which of its sockets to wait on, and for what. */
@@ -233,7 +263,12 @@ void loop_remove_easy(loop *lp, CURL *easy)
 
 CURL *loop_easy(loop *lp)
 {
-    return lp->nidle > 0 ? lp->idle[--lp->nidle] : curl_easy_init();
+    CURL *easy = lp->nidle > 0 ? lp->idle[--lp->nidle] : curl_easy_init();
+    if (easy != NULL) {     /* set on each handout: curl_easy_reset clears it */
+        curl_easy_setopt(easy, CURLOPT_RESOLVER_START_FUNCTION, hold_signals);
+        curl_easy_setopt(easy, CURLOPT_RESOLVER_START_DATA, lp);
+    }
+    return easy;
 }
 
 void loop_easy_done(loop *lp, CURL *easy)
@@ -387,9 +422,8 @@ static double next_timer_ms(loop *lp)
 static void run_ready_work(loop *lp)
 {
     if (lp->curl_due >= 0 && lp->curl_due <= loop_now_ms()) {
-        int running;
         lp->curl_due = -1;
-        curl_multi_socket_action(lp->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+        curl_act(lp, CURL_SOCKET_TIMEOUT, 0);
     }
     if (lp->multi != NULL)
         drain_done(lp);

@@ -1236,9 +1236,9 @@ static void child_exec(char **argv, char **envp, const char *cwd, int in, int ou
 /* Starts the child: vfork, because fork copies rlm's page tables and then every page rlm
  * writes is copied once more, which costs milliseconds once rlm holds a big context (0.7 ms at
  * 3 MB, 4.2 ms at 100 MB, against 0.5 ms for vfork: bench on this machine). rlm's thread waits
- * until the child has called exec or exited; no signal is blocked for it (a signal blocked
- * there would go to another thread of rlm's, a resolver of curl's, and run rlm's handler
- * beside the Lua thread). Returns the pid, or -1 with errno. */
+ * until the child has called exec or exited; a signal sent to rlm meanwhile stays pending (rlm's
+ * other threads have every signal blocked, see host.c) and is handled when the wait ends.
+ * Returns the pid, or -1 with errno. */
 static pid_t spawn_child(char **argv, char **envp, const char *cwd, const int child[3],
                          int status_fd, const struct child_setup *cs)
 {

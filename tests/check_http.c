@@ -1,6 +1,10 @@
 /* check_http.c — lhttp.c's C call layer against the loopback echo stand-in. */
+#include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -124,6 +128,86 @@ START_TEST(freeing_a_running_call_cancels_it)
 }
 END_TEST
 
+/* Every thread started in this program while `watching` is set notes, first thing, whether it
+ * runs with every signal blocked: pthread_create is interposed here, ahead of libc's (and
+ * ASan's), for the threads libcurl starts inside rlm's calls. */
+typedef int pthread_create_fn(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+static atomic_int watching, threads_started, threads_open;
+static sigset_t all_blockable;       /* what a thread that blocks everything has blocked */
+
+struct thread_start {
+    void *(*fn)(void *);
+    void *arg;
+};
+
+static void *note_signal_mask(void *arg)
+{
+    struct thread_start start = *(struct thread_start *)arg;
+    free(arg);
+    sigset_t blocked;
+    pthread_sigmask(SIG_BLOCK, NULL, &blocked);
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sigismember(&all_blockable, sig) && !sigismember(&blocked, sig)) {
+            atomic_fetch_add(&threads_open, 1);
+            break;
+        }
+    atomic_fetch_add(&threads_started, 1);
+    return start.fn(start.arg);
+}
+
+int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+    pthread_create_fn *real = (pthread_create_fn *)dlsym(RTLD_NEXT, "pthread_create");
+    struct thread_start *start = atomic_load(&watching) ? malloc(sizeof *start) : NULL;
+    if (start == NULL)
+        return real(thread, attr, fn, arg);
+    *start = (struct thread_start){fn, arg};
+    return real(thread, attr, note_signal_mask, start);
+}
+
+/* curl looks a host name up on a thread of its own (its threaded resolver), started from the
+ * Lua thread inside rlm's call into curl, with the Lua thread's signal mask. Were rlm's signals
+ * open on it, the kernel would hand it one whenever the Lua thread has one pending or waits in
+ * vfork, and rlm's handler would run there beside the Lua thread. The Lua thread itself must
+ * have its signals open again once curl's call returns. The name is this machine's own; whether
+ * it resolves does not matter, only that curl starts a lookup. */
+START_TEST(curls_resolver_threads_start_with_every_signal_blocked)
+{
+    sigset_t all, before, after;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &before);
+    pthread_sigmask(SIG_BLOCK, NULL, &all_blockable);
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
+    const curl_version_info_data *curl = curl_version_info(CURLVERSION_NOW);
+    int threaded = (curl->features & CURL_VERSION_ASYNCHDNS) && curl->ares == NULL;
+    char host[256] = "", url[512];
+    ck_assert_int_eq(gethostname(host, sizeof host - 1), 0);
+    const char *port = strrchr(base, ':');
+    ck_assert_ptr_nonnull(port);
+    snprintf(url, sizeof url, "http://%s%s/status/204", host, port);
+    atomic_store(&threads_started, 0);
+    atomic_store(&threads_open, 0);
+    atomic_store(&watching, 1);
+    struct http_req req = {.url = url, .timeout_ms = 20000};
+    struct http_call *c = http_start(loop_get(L), &req, NULL, NULL, NULL);
+    ck_assert_ptr_nonnull(c);
+    /* until the call ends or a lookup has started (the name may be slow to fail: not waited for) */
+    for (int i = 0; i < 400 && c->running && atomic_load(&threads_started) == 0; i++)
+        run_lua(L, "require('rlm.core.loop').poll(0.05)");
+    atomic_store(&watching, 0);
+    pthread_sigmask(SIG_BLOCK, NULL, &after);
+    http_free(c);
+    ck_assert_msg(!threaded || atomic_load(&threads_started) >= 1,
+                  "curl (threaded resolver) looked up %s without starting a thread", host);
+    ck_assert_msg(atomic_load(&threads_open) == 0,
+                  "%d of the %d threads curl started have some of rlm's signals open",
+                  atomic_load(&threads_open), atomic_load(&threads_started));
+    for (int sig = 1; sig < NSIG; sig++)
+        ck_assert_msg(sigismember(&after, sig) == sigismember(&before, sig),
+                      "the Lua thread's mask of signal %d changed across curl's call", sig);
+}
+END_TEST
+
 Suite *make_http_suite(void)
 {
     Suite *s = suite_create("http");
@@ -134,6 +218,7 @@ Suite *make_http_suite(void)
     tcase_add_test(tc, post_bodies_are_sent_exactly);
     tcase_add_test(tc, refused_connections_are_reported_as_connect_failures);
     tcase_add_test(tc, freeing_a_running_call_cancels_it);
+    tcase_add_test(tc, curls_resolver_threads_start_with_every_signal_blocked);
     suite_add_tcase(s, tc);
     return s;
 }
