@@ -96,6 +96,32 @@ function T.server(argv, timeout)
   return {url = url, proc = proc}
 end
 
+--- The processes below pid (its children, theirs, ...), each {pid = n, cmdline = "a\0b\0"}:
+-- a test looks only at what it started, never at the other processes of the machine (another
+-- test run's among them).
+function T.descendants(pid)
+  local parent, cmdline = {}, {}
+  for _, name in ipairs(assert(sys.list_dir("/proc"))) do
+    local stat = name:match("^%d+$") and sys.read_file("/proc/" .. name .. "/stat")
+    local ppid = stat and stat:match("^%d+ %b() %S+ (%d+)")
+    if ppid then
+      parent[tonumber(name)] = tonumber(ppid)
+      cmdline[tonumber(name)] = sys.read_file("/proc/" .. name .. "/cmdline") or ""
+    end
+  end
+  local function below(p)
+    local q = parent[p]
+    while q and q ~= pid do q = parent[q] end
+    return q == pid
+  end
+  local out = {}
+  for p in pairs(parent) do
+    if p ~= pid and below(p) then out[#out + 1] = {pid = p, cmdline = cmdline[p]} end
+  end
+  table.sort(out, function(a, b) return a.pid < b.pid end)
+  return out
+end
+
 --- The rlm binary under test.
 T.rlm = assert(sys.realpath("/proc/self/exe"))
 
