@@ -88,12 +88,19 @@ function T.server(argv, timeout)
   full[#full + 1] = "--port"
   full[#full + 1] = "0"
   local proc = assert(sys.spawn{argv = full, stdin = "null", stderr = "inherit"})
-  T.defer(function() proc:kill("TERM"); sys.wait(proc, 2); proc:close() end)
+  T.defer(function() proc:kill("TERM"); sys.wait(proc, 10); proc:close() end)
   local line, err = sys.read_line(proc, timeout or 10)
   if not line then error("server " .. argv[1] .. " did not start: " .. tostring(err), 2) end
   local url = line:match("^READY (http://127%.0%.0%.1:%d+)$")
   if not url then error("server " .. argv[1] .. " printed " .. show(line) .. " instead of READY", 2) end
   return {url = url, proc = proc}
+end
+
+--- Starts the Daytona stand-in (T.server) with its state in a folder of the test's own, removed
+-- after the test whatever became of the stand-in: a folder of its own making it removes only
+-- when it ends by SIGTERM or SIGINT, and some tests kill it.
+function T.daytona_standin(key, ...)
+  return T.server{"tests/standins/daytona", "--api-key", key, "--root", T.tmpdir(), ...}
 end
 
 --- The processes below pid (its children, theirs, ...), each {pid = n, cmdline = "a\0b\0"}:

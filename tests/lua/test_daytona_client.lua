@@ -12,7 +12,7 @@ local tests = {}
 local KEY = "sk-test-5ecret-do-not-print"
 
 local function standin(...)
-  local s = T.server{"tests/standins/daytona", "--api-key", KEY, ...}
+  local s = T.daytona_standin(KEY, ...)
   s.client = daytona.client{api_key = KEY, api_url = s.url .. "/api", env = function() end}
   return s
 end
