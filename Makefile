@@ -25,7 +25,7 @@ EMBED    := $(shell find lua skills -type f ! -name '*~' ! -path '*/__pycache__/
 CHECK_SRC := $(wildcard tests/check_*.c)
 SUITES   := $(patsubst tests/check_%.c,%,$(filter-out tests/check_main.c,$(CHECK_SRC)))
 
-.PHONY: all deps run test check luatest isolation pytest sdktest memcheck asan bench install clean docs
+.PHONY: all deps run test stress-test check luatest isolation pytest sdktest memcheck asan bench install clean docs
 all: rlm build/rlm.1
 
 deps:
@@ -97,14 +97,33 @@ luatest: rlm
 isolation: rlm
 	tests/isolation/run
 
+# A target that overruns its time limit fails saying so instead of sitting silent; its whole
+# process group is stopped. The Lua tests bound each file themselves (tests/run.lua).
+bounded = timeout --kill-after=30 $(1) $(2) || { s=$$?; [ $$s -ne 124 ] && [ $$s -ne 137 ] || \
+  echo "$@: did not finish within $(1) s" >&2; exit $$s; }
+
 pytest:
-	/usr/bin/python3 -m unittest discover -s tests/py
+	@$(call bounded,1200,/usr/bin/python3 -m unittest discover -s tests/py)
 
 sdktest:
-	@tests/sdk/run
+	@$(call bounded,1800,tests/sdk/run)
 
 test: deps rlm
 	@$(MAKE) --no-print-directory check asan luatest isolation pytest sdktest
+
+# The whole gate on a loaded machine: `make test` while CPU hogs (four per core, at least 8)
+# hold the load at 8 or more. The hogs end with the run, however it ends: the shell's trap
+# stops them, and each also stops once that shell is gone (even killed by SIGKILL).
+STRESS_HOGS ?= $(shell n=$$(nproc); echo $$((n * 4 > 8 ? n * 4 : 8)))
+stress-test:
+	@hogs=""; trap 'kill $$hogs 2>/dev/null' EXIT INT TERM; \
+	for i in $$(seq $(STRESS_HOGS)); do \
+	  sh -c 'while kill -0 '$$$$' 2>/dev/null; do :; done' & hogs="$$hogs $$!"; \
+	done; \
+	echo "stress-test: $(STRESS_HOGS) CPU hogs; load $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	$(MAKE) --no-print-directory test; status=$$?; \
+	echo "stress-test: make test ended with $$status; load $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	exit $$status
 
 # The C suites built whole with AddressSanitizer and UBSan (gcc's own; no extra package): out-of-
 # bounds reads in the JSON checker and the wire parsers show here, where valgrind is too slow.

@@ -24,7 +24,7 @@ M.cases["factorial of 15"] = function(b)
   T.eq(out, {answer = 1307674368000})
   T.eq(run.error, nil)
   T.eq(run.exit, 0)
-  T.truthy(run.duration >= 0 and run.duration < 5, "duration " .. run.duration)
+  T.truthy(run.duration >= 0 and run.duration < 30, "duration " .. run.duration)
 end
 
 -- The driver leaves out a done event's fields that are at their default; the run table still
@@ -153,7 +153,8 @@ M.cases["execute_timeout stops a busy loop and a long sleep"] = function(b)
     T.eq(out, nil)
     T.truthy(run.timed_out, "timed_out for " .. code)
     T.contains(run.error, "Timeout")
-    T.truthy(took < 2.2, ("stopped within about a second of the limit (%.2f s)"):format(took))
+    -- the code alone would run for ever (or 1000 s): any bound a loaded machine keeps will do
+    T.truthy(took >= 0.9 and took < 20, ("stopped after %.2f s under a limit of 1 s"):format(took))
   end
   local out, run = i:execute("SUBMIT(kept=kept)")
   T.eq(out, {kept = 5}, "the driver's own timeout keeps the state")
@@ -179,7 +180,7 @@ while True:
 ]])
   T.eq(out, nil)
   T.truthy(run.timed_out and run.state_lost, "timed out with state lost")
-  T.truthy(sys.now() - t0 < 3, "the backstop acts")
+  T.truthy(sys.now() - t0 < 30, "the backstop acts (the code never ends)")
   out = i:execute("SUBMIT(ok=True)")
   T.eq(out, {ok = true})
 end
@@ -298,17 +299,22 @@ M.cases["several sandboxes run concurrently from async tasks"] = function(b)
   local starts = {}
   for k = 1, 4 do starts[k] = function() interps[k]:start() end end
   async.all(starts)
-  local t0 = sys.now()
+  -- each code notes when it began and ended its 3 s sleep (the host's clock): side by side,
+  -- every one began before any ended; one after the other, none would have
   local fns = {}
   for k = 1, 4 do
     fns[k] = function()
-      local out = interps[k]:execute("import time\ntime.sleep(0.5)\nSUBMIT(k=k)", {k = k})
-      return out.k
+      return interps[k]:execute("import time\nbegan = time.time()\ntime.sleep(3)\n"
+                                .. "SUBMIT(k=k, began=began, ended=time.time())", {k = k})
     end
   end
-  T.eq(async.all(fns), {1, 2, 3, 4})
-  local took = sys.now() - t0
-  T.truthy(took < 1.2, ("4 x 0.5 s ran side by side (%.2f s)"):format(took))
+  local outs = async.all(fns)
+  local last_began, first_end = 0, math.huge
+  for k, out in ipairs(outs) do
+    T.eq(out.k, k)
+    last_began, first_end = math.max(last_began, out.began), math.min(first_end, out.ended)
+  end
+  T.truthy(last_began < first_end, ("the last began %.2f s after the first ended"):format(last_began - first_end))
 end
 
 -- The environment an rlm subprocess gets: the few host variables it needs, the fixture's (a

@@ -33,7 +33,7 @@ function Standin:fault(spec) return self:control("POST", "faults", spec) end
 --- Starts the stand-in and points the daytona backend of this process at it; the environment is
 -- restored after the test.
 function D.standin()
-  local s = T.server{"tests/standins/daytona", "--api-key", D.KEY}
+  local s = T.daytona_standin(D.KEY)
   s.env = {DAYTONA_API_KEY = D.KEY, DAYTONA_API_URL = s.url .. "/api"}
   for k, v in pairs(s.env) do
     local old = sys.getenv(k)

@@ -88,12 +88,45 @@ function T.server(argv, timeout)
   full[#full + 1] = "--port"
   full[#full + 1] = "0"
   local proc = assert(sys.spawn{argv = full, stdin = "null", stderr = "inherit"})
-  T.defer(function() proc:kill("TERM"); sys.wait(proc, 2); proc:close() end)
+  T.defer(function() proc:kill("TERM"); sys.wait(proc, 10); proc:close() end)
   local line, err = sys.read_line(proc, timeout or 10)
   if not line then error("server " .. argv[1] .. " did not start: " .. tostring(err), 2) end
   local url = line:match("^READY (http://127%.0%.0%.1:%d+)$")
   if not url then error("server " .. argv[1] .. " printed " .. show(line) .. " instead of READY", 2) end
   return {url = url, proc = proc}
+end
+
+--- Starts the Daytona stand-in (T.server) with its state in a folder of the test's own, removed
+-- after the test whatever became of the stand-in: a folder of its own making it removes only
+-- when it ends by SIGTERM or SIGINT, and some tests kill it.
+function T.daytona_standin(key, ...)
+  return T.server{"tests/standins/daytona", "--api-key", key, "--root", T.tmpdir(), ...}
+end
+
+--- The processes below pid (its children, theirs, ...), each {pid = n, cmdline = "a\0b\0"}:
+-- a test looks only at what it started, never at the other processes of the machine (another
+-- test run's among them).
+function T.descendants(pid)
+  local parent, cmdline = {}, {}
+  for _, name in ipairs(assert(sys.list_dir("/proc"))) do
+    local stat = name:match("^%d+$") and sys.read_file("/proc/" .. name .. "/stat")
+    local ppid = stat and stat:match("^%d+ %b() %S+ (%d+)")
+    if ppid then
+      parent[tonumber(name)] = tonumber(ppid)
+      cmdline[tonumber(name)] = sys.read_file("/proc/" .. name .. "/cmdline") or ""
+    end
+  end
+  local function below(p)
+    local q = parent[p]
+    while q and q ~= pid do q = parent[q] end
+    return q == pid
+  end
+  local out = {}
+  for p in pairs(parent) do
+    if p ~= pid and below(p) then out[#out + 1] = {pid = p, cmdline = cmdline[p]} end
+  end
+  table.sort(out, function(a, b) return a.pid < b.pid end)
+  return out
 end
 
 --- The rlm binary under test.

@@ -12,7 +12,7 @@ local tests = {}
 local KEY = "sk-test-5ecret-do-not-print"
 
 local function standin(...)
-  local s = T.server{"tests/standins/daytona", "--api-key", KEY, ...}
+  local s = T.daytona_standin(KEY, ...)
   s.client = daytona.client{api_key = KEY, api_url = s.url .. "/api", env = function() end}
   return s
 end
@@ -90,7 +90,8 @@ tests["sandboxes: waiting for a state ends at the deadline"] = function()
   T.eq(res, nil)
   T.eq(err.code, "TIMEOUT")
   T.contains(err.message, "did not reach archived within 0.5 s (last state: started)")
-  T.truthy(sys.now() - t0 < 1.5, "the wait stops near its deadline")
+  local took = sys.now() - t0
+  T.truthy(took >= 0.45 and took < 10, ("the wait stops at its deadline, not %.2f s"):format(took))
 end
 
 tests["volumes: get, create when missing, list, delete"] = function()
@@ -275,7 +276,7 @@ tests["401 fails after one request and says to check DAYTONA_API_KEY, without th
     T.truthy(v ~= wrong, "the client table does not hold the key (field " .. k .. ")")
   end
   T.eq(count(s, "GET /api/volumes"), 1)
-  T.truthy(sys.now() - t0 < 0.5, "no retry delay")
+  T.truthy(sys.now() - t0 < 5, "no retry delay")
   control(s, "POST", "faults", {path = "/api/volumes", status = 403})
   _, err = daytona.client{api_key = KEY, api_url = s.url .. "/api"}:list_volumes()
   T.eq(err.status, 403)
@@ -293,7 +294,7 @@ tests["two 503s and then success succeeds"] = function()
   local list = assert(s.client:list_volumes())
   T.eq(#list, 0)
   T.eq(count(s, "GET /api/volumes"), 3)
-  T.truthy(sys.now() - t0 < 1.5, "backoff stays short")
+  T.truthy(sys.now() - t0 < 10, "backoff stays short")
 end
 
 tests["a create answered 503 after it was made leaves one sandbox, found by its label"] = function()
@@ -364,7 +365,7 @@ tests["a 429 with Retry-After: 1 waits about a second, then succeeds"] = functio
   local r = assert(tb:execute{command = "echo after"})
   local waited = sys.now() - t0
   T.eq(r.result, "after\n")
-  T.truthy(waited >= 0.95 and waited < 1.6, "waited " .. waited .. " s")
+  T.truthy(waited >= 0.95 and waited < 5, "waited " .. waited .. " s")
   T.eq(count(s, "POST /toolbox/{sid}/process/execute"), 2)
 end
 
@@ -378,11 +379,11 @@ tests["5xx on a non-idempotent POST is not retried, 429 beyond the deadline is n
 
   control(s, "POST", "faults", {path = "/api/volumes", status = 429, retry_after = 30})
   local t0 = sys.now()
-  _, err = s.client:request{path = "/volumes", deadline = 2}
+  _, err = s.client:request{path = "/volumes", deadline = 20}
   T.eq(err.status, 429)
   T.eq(err.code, "TOO_MANY_REQUESTS")
   T.contains(err.message, "asked to wait 30 s")
-  T.truthy(sys.now() - t0 < 0.5, "gave up at once")
+  T.truthy(sys.now() - t0 < 10, "gave up at once, not at the deadline")
 end
 
 tests["a broken JSON body is a clear error"] = function()
@@ -411,20 +412,26 @@ tests["a dead server is retried within the deadline, then fails clearly"] = func
   T.truthy(err.attempts >= 3, "retried (" .. err.attempts .. " attempts)")
   T.contains(err.message, "connect")
   T.contains(err.message, "attempts")
-  T.truthy(took < 2, "within the deadline, took " .. took .. " s")
+  -- near the deadline (1.5 s), not retrying on: a generous bound for a loaded machine
+  T.truthy(took >= 1 and took < 6, "within the deadline, took " .. took .. " s")
 end
 
 tests["calls from tasks run side by side"] = function()
   local c = standin().client
   local tb = assert(c:toolbox(assert(c:create_sandbox{})))
-  local t0 = sys.now()
+  -- each command marks its start, then waits (at most 30 s) until all three have started:
+  -- only commands that run at the same time all see "abc"
+  local function together(name)
+    return ("touch /tmp/started-%s; i=0; while [ $i -lt 300 ]; do "
+            .. "[ -e /tmp/started-a ] && [ -e /tmp/started-b ] && [ -e /tmp/started-c ] && break; "
+            .. "sleep 0.1; i=$((i+1)); done; echo %s $(ls /tmp | grep -c started-)"):format(name, name)
+  end
   local out = async.all{
-    function() return assert(tb:execute{command = "sleep 0.6; echo a"}).result end,
-    function() return assert(tb:execute{command = "sleep 0.6; echo b"}).result end,
-    function() return assert(tb:execute{command = "sleep 0.6; echo c"}).result end,
+    function() return assert(tb:execute{command = together("a"), timeout = 60}).result end,
+    function() return assert(tb:execute{command = together("b"), timeout = 60}).result end,
+    function() return assert(tb:execute{command = together("c"), timeout = 60}).result end,
   }
-  T.eq(out, {"a\n", "b\n", "c\n"})
-  T.truthy(sys.now() - t0 < 1.5, "three 0.6 s commands overlapped")
+  T.eq(out, {"a 3\n", "b 3\n", "c 3\n"})
 end
 
 tests["configuration: environment, explicit overrides, headers on the wire"] = function()

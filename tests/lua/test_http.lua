@@ -68,31 +68,32 @@ tests["connections are kept alive between requests"] = function()
   T.eq(math.tointeger(st.connections), 1, "TCP connections seen by the server")
 end
 
-tests["many requests at once finish in about one latency, in input order"] = function()
+tests["many requests are in flight at once, and come back in input order"] = function()
   local s = echo_server()
   local reqs = {}
-  for i = 1, 16 do reqs[i] = {url = s.url .. "/delay?ms=300&i=" .. i} end
-  local t0 = sys.now()
+  -- each waits at the server until all 16 are there: sent one after the other, they could not be
+  for i = 1, 16 do reqs[i] = {url = s.url .. "/delay?ms=300&together=16&i=" .. i} end
   local results = http.request_all(reqs)
-  local elapsed = sys.now() - t0
   T.eq(#results, 16)
   for i, r in ipairs(results) do
     T.eq(r.status, 200)
     T.contains(r.url, "i=" .. i .. "", "slot " .. i)
   end
-  -- Sequential would take 4.8 s; concurrency must be real (generous bound for a loaded CI box).
-  T.truthy(elapsed < 2.4, "16 x 300 ms took " .. elapsed .. " s")
+  local st = cjson.decode(assert(http.request{url = s.url .. "/_stats"}).body)
+  T.eq(math.tointeger(st.max_in_flight), 16, "requests in flight at once")
 end
 
 tests["concurrency cap is honoured"] = function()
   local s = echo_server()
   local reqs = {}
-  for i = 1, 6 do reqs[i] = {url = s.url .. "/delay?ms=200"} end
+  for i = 1, 6 do reqs[i] = {url = s.url .. "/delay?ms=200&together=2"} end
   local t0 = sys.now()
   local results = http.request_all(reqs, {concurrency = 2})
   local elapsed = sys.now() - t0
   for _, r in ipairs(results) do T.eq(r.status, 200) end
   T.truthy(elapsed >= 0.55, "6 x 200 ms two at a time took only " .. elapsed .. " s")
+  local st = cjson.decode(assert(http.request{url = s.url .. "/_stats"}).body)
+  T.eq(math.tointeger(st.max_in_flight), 2, "requests in flight at once")
 end
 
 tests["a failed slot does not lose the others"] = function()
@@ -111,13 +112,16 @@ tests["streaming delivers chunks as they arrive"] = function()
   local s = echo_server()
   local chunks, times = {}, {}
   local t0 = sys.now()
-  local res = assert(http.request{url = s.url .. "/stream?chunks=4&ms=100",
+  -- the server pauses 1 s after each chunk: the first one reaches on_chunk at least 3 s before
+  -- the end, unless the client held it back; how the rest is grouped is the machine's business
+  local res = assert(http.request{url = s.url .. "/stream?chunks=4&ms=1000",
     on_chunk = function(data) chunks[#chunks + 1] = data; times[#times + 1] = sys.now() - t0 end})
   T.eq(res.status, 200)
   T.eq(res.body, "")
   T.eq(table.concat(chunks), "chunk-0\nchunk-1\nchunk-2\nchunk-3\n")
-  T.truthy(#chunks >= 3, "expected separate deliveries, got " .. #chunks)
-  T.truthy(times[1] < 0.25, "first chunk only after " .. times[1] .. " s")
+  T.truthy(chunks[1]:match("^chunk%-0\n"), "the first delivery starts with the first chunk")
+  T.truthy(times[#times] - times[1] >= 1.5,
+           ("the first chunk came %.2f s before the last"):format(times[#times] - times[1]))
 end
 
 return tests

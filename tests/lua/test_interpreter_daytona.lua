@@ -27,7 +27,7 @@ local function requests(s, key) return stats(s).requests[key] or 0 end
 
 -- Starts the stand-in and points DAYTONA_* at it for this test.
 local function standin()
-  local s = T.server{"tests/standins/daytona", "--api-key", KEY}
+  local s = T.daytona_standin(KEY)
   s.env = {DAYTONA_API_KEY = KEY, DAYTONA_API_URL = s.url .. "/api"}
   for k, v in pairs(s.env) do
     local old = sys.getenv(k)

@@ -26,6 +26,10 @@ local function standin(opts)
     argv[#argv + 1] = "--latency-ms"
     argv[#argv + 1] = tostring(opts.latency_ms)
   end
+  if opts.together then   -- model requests wait until this many are in flight at once
+    argv[#argv + 1] = "--together"
+    argv[#argv + 1] = tostring(opts.together)
+  end
   local s = T.server(argv)
   function s.req(model, fields)
     local r = {model = model, api_key = KEY, backoff = 0.02,
@@ -174,19 +178,17 @@ tests["streaming delivers the text in deltas, with usage, for both providers"] =
   end
 end
 
-tests["batch of 64 with 300 ms latency runs concurrently, in input order"] = function()
-  local s = standin{latency_ms = 300,
+tests["batch of 64 runs concurrently, in input order"] = function()
+  local s = standin{together = 64,
                     script = {rules = {{match = "^n=(\\d+)$", reply_expr = "'got ' + m.group(1)"}}}}
   local reqs = {}
   for i = 1, 64 do
     reqs[i] = s.req(MODELS[i % 2 + 1], {prompt = "n=" .. i})
   end
-  local t0 = sys.now()
   local results = llm.batch(reqs, {concurrency = 64})
-  local took = sys.now() - t0
   for i, r in ipairs(results) do T.eq(r.text, "got " .. i) end
   T.eq(#results, 64)
-  T.truthy(took < 1.5, ("64 calls of 300 ms took %.2f s"):format(took))
+  T.eq(s.stats().max_in_flight, 64, "calls in flight at once")
 end
 
 tests["a failed batch item is an error in its slot; the others succeed"] = function()
@@ -203,7 +205,7 @@ tests["a failed batch item is an error in its slot; the others succeed"] = funct
 end
 
 tests["a batch keeps to its concurrency: each freed slot takes the next request"] = function()
-  local s = standin{latency_ms = 200}
+  local s = standin{latency_ms = 200, together = 2}
   local reqs = {}
   for i = 1, 6 do reqs[i] = s.req(MODELS[i % 2 + 1], {prompt = "r" .. i}) end
   local t0 = sys.now()
@@ -213,6 +215,7 @@ tests["a batch keeps to its concurrency: each freed slot takes the next request"
   -- two in flight at most: three rounds of 200 ms, over no more than two connections
   T.truthy(took >= 0.58, ("6 calls of 200 ms, 2 at a time, took only %.2f s"):format(took))
   T.truthy(s.stats().connections <= 2, "more than two connections for a concurrency of 2")
+  T.eq(s.stats().max_in_flight, 2, "calls in flight at once")
   -- below 1 is one at a time, as rlm.run's batch_concurrency = 0 always ran; not a number raises
   t0 = sys.now()
   results = llm.batch({reqs[1], reqs[2], reqs[3]}, {concurrency = 0})
@@ -238,32 +241,39 @@ tests["a request the wire layer refuses fails its own slot in a batch; the rest 
 end
 
 tests["a batch streams to on_delta where a request asks, and reads whole streams otherwise"] = function()
-  local s = standin{script = {rules = {{match = "long", reply = ("word "):rep(200)}}}}
+  -- numbered words: the stand-in sends one event per word; on_delta gets them as they came,
+  -- several at a time when the stream outruns the task (how many is the machine's business)
+  local words = {}
+  for i = 1, 200 do words[i] = "w" .. i .. " " end
+  local long = table.concat(words)
+  local s = standin{script = {rules = {{match = "long", reply = long}}}}
   local deltas = {}
   local results = llm.batch({
     s.req("openai/gpt-4o", {prompt = "long", on_delta = function(t) deltas[#deltas + 1] = t end}),
     s.req("anthropic/claude-sonnet-4-5", {prompt = "long", stream = true}),
     s.req("openai/gpt-4o", {prompt = "plain"})}, {concurrency = 3})
-  T.eq(results[1].text, ("word "):rep(200))
-  T.truthy(#deltas > 1, "the stream came in one piece")
-  T.eq(table.concat(deltas), ("word "):rep(200))
-  T.eq(results[2].text, ("word "):rep(200))
+  T.eq(results[1].text, long)
+  T.eq(table.concat(deltas), long, "every event, in order, once")
+  for i, d in ipairs(deltas) do
+    T.truthy(d:match("^w%d+ ") and d:match("^[w%d ]+$") and d:sub(-1) == " ",
+             ("delta %d is whole words: %q"):format(i, d))
+  end
+  T.eq(results[2].text, long)
   T.eq(results[3].text, "echo: plain")
   -- without on_delta, a streamed answer is read in C at its end (the same text and usage)
   local only = llm.batch({s.req("anthropic/claude-sonnet-4-5", {prompt = "long", stream = true})})
-  T.eq(only[1].text, ("word "):rep(200))
+  T.eq(only[1].text, long)
   T.eq(s.stats().last_body.stream, true)
   T.truthy(only[1].usage.output_tokens > 0)
 end
 
 tests["complete works inside tasks, side by side"] = function()
-  local s = standin{latency_ms = 300}
-  local t0 = sys.now()
+  local s = standin{together = 2}
   local a = async.spawn(llm.complete, s.req("openai/gpt-4o", {prompt = "a"}))
   local b = async.spawn(llm.complete, s.req("anthropic/claude-sonnet-4-5", {prompt = "b"}))
   T.eq(a:join().text, "echo: a")
   T.eq(b:join().text, "echo: b")
-  T.truthy(sys.now() - t0 < 0.55, "the two calls overlapped (one after the other takes 0.6 s)")
+  T.eq(s.stats().max_in_flight, 2, "the two calls overlapped")
 end
 
 tests["429 with Retry-After: 1 waits about a second, then succeeds"] = function()
@@ -275,7 +285,7 @@ tests["429 with Retry-After: 1 waits about a second, then succeeds"] = function(
     local took = sys.now() - t0
     T.truthy(res, err)
     T.eq(res.attempts, 2)
-    T.truthy(took >= 0.95 and took < 1.6, ("waited %.2f s"):format(took))
+    T.truthy(took >= 0.95 and took < 5, ("waited %.2f s"):format(took))
   end
   T.eq(s.stats().requests, 4)
 end
@@ -284,9 +294,9 @@ tests["429 asking to wait past the deadline fails at once, saying so"] = functio
   local s = standin()
   s.fault{path = OPENAI, status = 429, count = 1, retry_after = 30}
   local t0 = sys.now()
-  local res, err = llm.complete(s.req("openai/gpt-4o", {prompt = "x", timeout = 5}))
+  local res, err = llm.complete(s.req("openai/gpt-4o", {prompt = "x", timeout = 10}))
   T.eq(res, nil)
-  T.truthy(sys.now() - t0 < 1)
+  T.truthy(sys.now() - t0 < 8, "gave up before its deadline")
   T.contains(err.message, "HTTP 429 Too Many Requests: Rate limit reached")
   T.contains(err.message, "asked to wait 30 s")
   T.eq(err.retry_after, 30)
@@ -456,13 +466,14 @@ tests["a stream that stays cut is a clear error"] = function()
 end
 
 tests["a call that outlasts its timeout fails with kind timeout"] = function()
-  local s = standin{latency_ms = 3000}
+  local s = standin{latency_ms = 30000}
   local t0 = sys.now()
   local res, err = llm.complete(s.req("openai/gpt-4o", {prompt = "x", timeout = 0.3}))
   T.eq(res, nil)
   T.eq(err.kind, "timeout")
   T.contains(err.message, "within 0.3 s")
-  T.truthy(sys.now() - t0 < 1)
+  local took = sys.now() - t0
+  T.truthy(took >= 0.29 and took < 15, ("ended after %.2f s, the answer was 30 s away"):format(took))
 end
 
 tests["the key never shows, even when the provider echoes it"] = function()
@@ -657,16 +668,25 @@ end
 end
 
 tests["calls that finished before an interrupt stay in llm.usage()"] = function()
-  local s = standin{script = {rules = {{match = "^SLOW", reply = "slow", latency_ms = 4000}}}}
+  local s = standin{script = {rules = {{match = "^SLOW", reply = "slow", latency_ms = 60000}}}}
   -- Before, each call was counted as it finished; the fast call here was paid for.
   local r = child_script([[
 local llm = require "rlm.llm"
 local async = require "rlm.async"
 local sys = require "rlm.sys"
+local http = require "rlm.http"
+local json = require "rlm.json"
 local url, key = ...
-async.spawn(function() async.sleep(1.0); sys.kill(sys.getpid(), "TERM") end)
+-- One call at a time: the SLOW one reaches the stand-in once the fast one is in; the
+-- interrupt comes then (and the SLOW one is never answered).
+async.spawn(function()
+  while json.decode(http.request{url = url .. "/_stats"}.body).requests < 2 do
+    async.sleep(0.02)
+  end
+  sys.kill(sys.getpid(), "TERM")
+end)
 local function req(p) return {model = "openai/gpt-4o", api_key = key, base_url = url .. "/v1", prompt = p} end
-local ok, err = pcall(llm.batch, {req("fast"), req("SLOW")}, {concurrency = 2})
+local ok, err = pcall(llm.batch, {req("fast"), req("SLOW")}, {concurrency = 1})
 local u = llm.usage()
 print(("ok=%s calls=%d input_tokens=%d"):format(tostring(ok), u.calls, u.input_tokens))
 ]], {s.url, KEY})

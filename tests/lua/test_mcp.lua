@@ -62,8 +62,23 @@ local function children(pid)
   return out
 end
 
+-- The processes below pid running exactly argv: a test's own, never another test run's.
+local function running(pid, argv)
+  local want, out = table.concat(argv, "\0") .. "\0", {}
+  for _, p in ipairs(T.descendants(pid)) do
+    if p.cmdline == want then out[#out + 1] = p.pid end
+  end
+  return out
+end
+
+-- Python code that runs `sleep tag` and waits for it: the test sees it start, so it knows the
+-- code (not the sandbox's start-up) is running.
+local function running_code(tag)
+  return ("import subprocess\nsubprocess.run(['sleep', '%s'])"):format(tag)
+end
+
 local function wait_for(what, fn, timeout)
-  local deadline = sys.now() + (timeout or 10)
+  local deadline = sys.now() + (timeout or 60)
   while sys.now() < deadline do
     if fn() then return end
     sys.sleep(0.02)
@@ -174,21 +189,23 @@ end
 tests["stdio: a cancelled long call stops its sandbox, gets no reply, and others go on"] = function()
   local s = stdio_server()
   s.send{jsonrpc = "2.0", id = 1, method = "tools/call", params = {name = "sandbox_exec",
-         arguments = {code = "import time\nprint('start', flush=True)\ntime.sleep(60)"}}}
+         arguments = {code = "print('start', flush=True)\n" .. running_code("6001")}}}
   s.send{jsonrpc = "2.0", id = 2, method = "tools/call", params = {name = "sandbox_exec_stateful",
-         arguments = {code = "import time\ntime.sleep(60)"}}}
+         arguments = {code = running_code("6002")}}}
   local pid = s.proc:pid()
   wait_for("two sandboxes", function() return #children(pid) == 2 end)
   -- Past the interpreter's start-up: a sandbox still starting is not yet owned by its
   -- interpreter, so a cancel then cannot reach it (reported; see lua/rlm/interpreter.lua start).
-  sys.sleep(0.5)
+  wait_for("both codes to run", function()
+    return #running(pid, {"sleep", "6001"}) == 1 and #running(pid, {"sleep", "6002"}) == 1
+  end)
   T.eq(s.call(3, "ping").result, json.object(), "pings are answered while calls run")
   local t0 = sys.now()
   s.send{jsonrpc = "2.0", method = "notifications/cancelled", params = {requestId = 1, reason = "test"}}
   s.send{jsonrpc = "2.0", method = "notifications/cancelled", params = {requestId = 2}}
   s.send{jsonrpc = "2.0", method = "notifications/cancelled", params = {requestId = 99}}
   wait_for("the sandboxes to end", function() return #children(pid) == 0 end)
-  T.truthy(sys.now() - t0 < 5, "cancellation is prompt")
+  T.truthy(sys.now() - t0 < 20, "cancellation is prompt (the code sleeps 6,000 s)")
   local r = s.tool(4, "rlm_status")
   T.eq(r.result.structuredContent.sandboxes, 0)
   -- The session's sandbox comes back fresh on the next stateful call.
@@ -241,25 +258,16 @@ end
 -- ---------------------------------------------------------------- the RLM tools
 
 -- Pids of processes running exactly argv (anywhere on the host: sandboxes nest them deep).
-local function running(argv)
-  local want, out = table.concat(argv, "\0") .. "\0", {}
-  for _, name in ipairs(assert(sys.list_dir("/proc"))) do
-    if name:match("^%d+$") and sys.read_file("/proc/" .. name .. "/cmdline") == want then
-      out[#out + 1] = tonumber(name)
-    end
-  end
-  return out
-end
-
-tests["stdio: a cancelled sandbox_shell stops its command within 1 s"] = function()
+tests["stdio: a cancelled sandbox_shell stops its command promptly"] = function()
   local s = stdio_server()
   s.send{jsonrpc = "2.0", id = 1, method = "tools/call", params = {name = "sandbox_shell",
          arguments = {command = "sleep 1313", timeout = 2000}}}
-  wait_for("the command to run", function() return #running{"sleep", "1313"} == 1 end)
+  local pid = s.proc:pid()
+  wait_for("the command to run", function() return #running(pid, {"sleep", "1313"}) == 1 end)
   local t0 = sys.now()
   s.send{jsonrpc = "2.0", method = "notifications/cancelled", params = {requestId = 1}}
-  wait_for("the command to end", function() return #running{"sleep", "1313"} == 0 end, 1)
-  T.truthy(sys.now() - t0 < 1, "gone within 1 s")
+  wait_for("the command to end", function() return #running(pid, {"sleep", "1313"}) == 0 end, 20)
+  T.truthy(sys.now() - t0 < 5, "gone within 5 s (its timeout is 2,000 s)")
   local r = s.tool(2, "sandbox_shell", {command = "echo next"})
   T.eq(r.result.structuredContent.output, "next\n")
 end
@@ -344,7 +352,7 @@ tests["stdio: rlm_code and rlm_decompose drive their runs"] = function()
 end
 
 tests["stdio: a cancelled rlm_execute stops the run's sandbox"] = function()
-  F.model(answer_script("import time\ntime.sleep(60)\nSUBMIT(answer='late')"))
+  F.model(answer_script(running_code("6003") .. "\nSUBMIT(answer='late')"))
   local s = stdio_server()
   s.send{jsonrpc = "2.0", id = 1, method = "tools/call",
          params = {name = "rlm_execute", arguments = {task = "Take your time."}}}
@@ -353,7 +361,7 @@ tests["stdio: a cancelled rlm_execute stops the run's sandbox"] = function()
   wait_for("the run to be in progress", function()
     return s.tool(2, "rlm_status").result.structuredContent.runs_in_progress == 1
   end)
-  sys.sleep(0.3)    -- into the model's sleeping code
+  wait_for("the model's code to run", function() return #running(pid, {"sleep", "6003"}) == 1 end)
   s.send{jsonrpc = "2.0", method = "notifications/cancelled", params = {requestId = 1}}
   wait_for("the sandbox to end", function() return #children(pid) == 0 end)
   local _, before = s.call(3, "ping")
@@ -458,21 +466,21 @@ local function curl_call(url, h, name, args)
 end
 
 tests["http: a client that drops its connection mid-call cancels the call and its sandbox"] = function()
-  F.model(answer_script("import time\ntime.sleep(60)"))
+  F.model(answer_script(running_code("6005")))
   local url, proc = http_server()
   local res = post(url, INIT)
   local h = {["Mcp-Session-Id"] = res.headers["mcp-session-id"], ["MCP-Protocol-Version"] = "2025-06-18"}
   post(url, {jsonrpc = "2.0", method = "notifications/initialized"}, h)
   local pid = proc:pid()
-  for _, call in ipairs{{"sandbox_exec_stateful", {code = "import time\ntime.sleep(60)"}},
-                        {"rlm_execute", {task = "wait", context = "x"}}} do
+  for _, call in ipairs{{"sandbox_exec_stateful", {code = running_code("6004")}, "6004"},
+                        {"rlm_execute", {task = "wait", context = "x"}, "6005"}} do
     local curl = curl_call(url, h, call[1], call[2])
     wait_for(call[1] .. "'s sandbox", function() return #children(pid) == 1 end)
-    sys.sleep(0.3)
+    wait_for(call[1] .. "'s code", function() return #running(pid, {"sleep", call[3]}) == 1 end)
     local t0 = sys.now()
     curl:kill("KILL")
-    wait_for(call[1] .. ": the sandbox to end", function() return #children(pid) == 0 end, 2)
-    T.truthy(sys.now() - t0 < 2, call[1] .. ": gone within 2 s")
+    wait_for(call[1] .. ": the sandbox to end", function() return #children(pid) == 0 end, 20)
+    T.truthy(sys.now() - t0 < 10, call[1] .. ": gone within 10 s (its code sleeps 6,000 s)")
   end
   -- the session goes on: its next call gets a fresh sandbox
   res = post(url, {jsonrpc = "2.0", id = 2, method = "tools/call", params = {
@@ -527,12 +535,13 @@ tests["http: a cancelled SSE call ends its stream without a reply"] = function()
   local h = {["Mcp-Session-Id"] = sid}
   local async = require "rlm.async"
   local call = async.spawn(post, url, {jsonrpc = "2.0", id = 1, method = "tools/call", params = {
-    name = "sandbox_exec", arguments = {code = "import time\ntime.sleep(60)"}}}, h)
+    name = "sandbox_exec", arguments = {code = running_code("6006")}}}, h)
   wait_for("the sandbox", function() return #children(proc:pid()) == 1 end)
-  sys.sleep(0.5)    -- past the interpreter's start-up (see the stdio cancel test)
+  -- past the interpreter's start-up (see the stdio cancel test)
+  wait_for("the code", function() return #running(proc:pid(), {"sleep", "6006"}) == 1 end)
   T.eq(post(url, {jsonrpc = "2.0", method = "notifications/cancelled",
                   params = {requestId = 1}}, h).status, 202)
-  local res = call:join(10)
+  local res = call:join(60)
   T.eq(res.status, 200)
   T.eq(sse_messages(res.body), {})
   wait_for("the sandbox to end", function() return #children(proc:pid()) == 0 end)

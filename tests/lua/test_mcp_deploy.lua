@@ -46,14 +46,12 @@ local INIT = {jsonrpc = "2.0", id = 1, method = "initialize",
               params = {protocolVersion = "2025-06-18", capabilities = {},
                         clientInfo = {name = "test", version = "1"}}}
 
--- The processes whose command line holds text (the deployed server runs as .rlm/bin/rlm).
-local function processes_with(text)
+-- The processes of this test's stand-in (its sandboxes run below it) whose command line holds
+-- text: the deployed server runs as .rlm/bin/rlm. Another test run's deployment is not ours.
+local function processes_with(s, text)
   local found = {}
-  for _, pid in ipairs(sys.list_dir("/proc") or {}) do
-    if pid:match("^%d+$") then
-      local cmdline = sys.read_file("/proc/" .. pid .. "/cmdline")
-      if cmdline and cmdline:find(text, 1, true) then found[#found + 1] = pid end
-    end
+  for _, p in ipairs(T.descendants(s.proc:pid())) do
+    if p.cmdline:find(text, 1, true) then found[#found + 1] = p.pid end
   end
   return found
 end
@@ -109,6 +107,7 @@ tests["deploy: served through the preview URL with both tokens; stop, restart, d
   local result = json.decode(call.body).result
   -- the code ran in a sandbox of its own, which holds no key
   T.eq(result.structuredContent.stdout, "42 []\n")
+  T.truthy(#processes_with(s, ".rlm/bin/rlm") >= 1, "the deployed server runs below the stand-in")
 
   r = deploy(env, "--name", "team", "--status")
   T.eq(r.code, 0, r.stdout .. r.stderr)
@@ -119,7 +118,7 @@ tests["deploy: served through the preview URL with both tokens; stop, restart, d
 
   r = deploy(env, "--name", "team", "--stop")
   T.eq(r.code, 0, r.stderr)
-  T.eq(#processes_with(".rlm/bin/rlm"), 0, "the server stopped with its sandbox")
+  T.eq(#processes_with(s, ".rlm/bin/rlm"), 0, "the server stopped with its sandbox")
   r = deploy(env, "--name", "team", "--status")
   T.eq(r.code, 1, "a stopped server is not healthy")
   T.contains(r.stdout, "stopped")
@@ -135,7 +134,7 @@ tests["deploy: served through the preview URL with both tokens; stop, restart, d
   r = deploy(env, "--name", "team", "--delete")
   T.eq(r.code, 0, r.stderr)
   T.eq(s:live(), {}, "sandboxes left")
-  T.eq(#processes_with(".rlm/bin/rlm"), 0, "processes left")
+  T.eq(#processes_with(s, ".rlm/bin/rlm"), 0, "processes left")
   no_key_anywhere()
 end
 

@@ -32,7 +32,7 @@ tests["8 sandboxes map 100 snippets in order; a crashed one is replaced"] = func
   end
   T.truthy(pool.replaced >= 1, "the crashed sandbox was replaced")
   T.eq(#registry.list(), live + 8, "still 8 sandboxes")
-  T.truthy(took < 10, ("took %.2f s"):format(took))
+  T.truthy(took < 120, ("took %.2f s"):format(took))
   pool:shutdown()
   T.eq(#registry.list(), live)
 end

@@ -102,11 +102,11 @@ function()
   local proc = assert(sys.spawn{argv = {T.rlm, "ask", "count", "--trace", path}, env = env,
                                 stdin = "null", stdout = "pipe", stderr = "pipe"})
   T.defer(function() proc:close() end)
-  local deadline = sys.now() + 20
+  local deadline = sys.now() + 60
   while F.stats(server).requests < 4 and sys.now() < deadline do sys.sleep(0.05) end
-  sys.sleep(0.3)                     -- turn 3's code is sleeping now
+  sys.sleep(0.3)   -- into turn 3's code; a signal still in turn 3's call resumes the same way
   proc:kill(2)
-  T.eq({sys.wait(proc, 5)}, {"exit", 130})
+  T.eq({sys.wait(proc, 30)}, {"exit", 130})
   local before = F.stats(server).requests
   T.eq(before, 4, "turns 1-3 and one sub-call")
   local r = T.run_rlm({"ask", "--resume", path}, {env = env})

@@ -123,7 +123,7 @@ tests["a sandbox that hangs is stopped by execute_timeout and the run goes on"] 
   local res = rlm.run{task = "hang", context = "abc", execute_timeout = 1}
   T.eq(res.answer, "recovered")
   T.eq(res.iterations, 2)
-  T.truthy(sys.now() - t0 < 10, "took " .. (sys.now() - t0))
+  T.truthy(sys.now() - t0 < 60, "took " .. (sys.now() - t0) .. " s (the code sleeps 100 s)")
 end
 
 tests["a missing output field is fed back, not accepted"] = function()

@@ -136,7 +136,7 @@ tests["daytona: a hang is stopped by execute_timeout; the sandbox and its state 
     local res = rlm.run{task = "hang", context = "abc", backend = "daytona", execute_timeout = 1}
     T.eq(res.answer, "still here, context abc")
     T.eq(res.iterations, 2)
-    T.truthy(sys.now() - t0 < 6, "took " .. (sys.now() - t0) .. " s")
+    T.truthy(sys.now() - t0 < 60, "took " .. (sys.now() - t0) .. " s (the code sleeps 100 s)")
     T.contains(res.trajectory[2].output, "TimeoutError")
   end)
 
@@ -162,7 +162,7 @@ local function deaf_run(backend_name)
   T.eq(res.answer, "recovered with 6 chars", tostring(res.reason) .. ": " .. tostring(res.detail))
   T.eq(res.iterations, 2)
   T.contains(res.trajectory[2].output, "the sandbox was restarted")
-  T.truthy(sys.now() - t0 < 8, "took " .. (sys.now() - t0) .. " s")
+  T.truthy(sys.now() - t0 < 60, "took " .. (sys.now() - t0) .. " s (the code never ends)")
 end
 
 tests["daytona: code deaf to the timeout is killed by the backstop; the run goes on with its context"] =

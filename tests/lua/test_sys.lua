@@ -7,7 +7,7 @@ tests["clock, env and files"] = function()
   local a = sys.now()
   sys.sleep(0.05)
   local d = sys.now() - a
-  T.truthy(d >= 0.045 and d < 0.5, "slept " .. d)
+  T.truthy(d >= 0.045 and d < 5, "slept " .. d)
   T.eq(type(sys.time()), "number")
   sys.setenv("RLM_TEST_VAR", "v1")
   T.eq(sys.getenv("RLM_TEST_VAR"), "v1")
@@ -91,15 +91,26 @@ tests["kill, timeouts and large output"] = function()
   T.contains(err, "timed out")
 end
 
+-- A process's state letter (R, S, Z...), nil once it is gone.
+local function state_of(pid)
+  local stat = sys.read_file("/proc/" .. pid .. "/stat")
+  return stat and stat:match("^%d+ %b() (%a)")
+end
+
+local function ended(pid)
+  local state = state_of(pid)
+  return state == nil or state == "Z"
+end
+
 tests["closing a process kills its whole group"] = function()
   local p = assert(sys.spawn{argv = {"/bin/sh", "-c", "sleep 30 & echo $!; wait"}})
   local child = tonumber(sys.read_line(p, 5))
   p:close()
-  sys.sleep(0.1)
-  -- Gone, or a zombie waiting for init to reap it; never still running.
-  local stat = sys.read_file("/proc/" .. child .. "/stat")
-  local state = stat and stat:match("^%d+ %b() (%a)")
-  T.truthy(state == nil or state == "Z", "grandchild still running, state " .. tostring(state))
+  -- Gone, or a zombie waiting for init to reap it, once the kill has landed (a loaded machine
+  -- may take a moment); never still running.
+  local deadline = sys.now() + 20
+  while not ended(child) and sys.now() < deadline do sys.sleep(0.01) end
+  T.truthy(ended(child), "grandchild still running, state " .. tostring(state_of(child)))
 end
 
 -- The children of this process that have ended but were not reaped, by pid.
@@ -121,11 +132,14 @@ tests["close kills without waiting; the killed are reaped later"] = function()
     local p = assert(sys.spawn{argv = {"/bin/sleep", "30"}, stdin = "null"})
     pids[i] = p:pid()
     p:close()
-    if i % 10 == 0 then most = math.max(most, #zombie_children()) end
+    if i % 25 == 0 then most = math.max(most, #zombie_children()) end
   end
-  T.truthy(most <= 2, most .. " zombies at once: the killed are not being reaped")
-  sys.sleep(0.05)
-  T.truthy(#zombie_children() <= 1, "only the last one killed may wait to be reaped")
+  -- unreaped, 25 or more would wait at each look; a loaded machine lets a few die late
+  T.truthy(most <= 10, most .. " zombies at once: the killed are not being reaped")
+  local deadline = sys.now() + 20
+  for _, pid in ipairs(pids) do
+    while not ended(pid) and sys.now() < deadline do sys.sleep(0.01) end
+  end
   sys.wait(assert(sys.spawn{argv = {"/bin/true"}, stdin = "null"}))
   T.eq(zombie_children(), {}, "the next spawn reaps them")
   for _, pid in ipairs(pids) do T.eq(sys.stat("/proc/" .. pid), nil, "pid " .. pid) end
@@ -168,7 +182,7 @@ tests["a write that empties the queue wakes a task waiting for stdin to drain"] 
   local t0 = sys.now()
   local waiter = async.spawn(function()
     while p:pending_input() > 0 do
-      if not async.await(p:id(), 5) then break end
+      if not async.await(p:id(), 30) then break end
     end
     drained_after = sys.now() - t0
     p:close_stdin()
@@ -178,8 +192,9 @@ tests["a write that empties the queue wakes a task waiting for stdin to drain"] 
     while sys.now() - t < 0.5 do end   -- past the child's first reads, the loop not polling
     p:write("b")
   end)
-  waiter:join(10)
-  T.truthy(drained_after and drained_after < 3, "the waiter woke after " .. tostring(drained_after))
+  waiter:join(60)
+  -- a missed wake-up would leave the waiter to its 30 s timeout
+  T.truthy(drained_after and drained_after < 20, "the waiter woke after " .. tostring(drained_after))
   T.eq(sys.wait(p, 5), "exit")
 end
 
@@ -241,7 +256,7 @@ except OSError as e:
   local t0 = sys.now()
   p, err = sys.spawn{argv = {"true"}, pass = {[5] = {file = dir .. "/fifo"}}}
   T.eq(p, nil)
-  T.truthy(sys.now() - t0 < 1, "the open of a FIFO blocked")
+  T.truthy(sys.now() - t0 < 10, "the open of a FIFO blocked")
   -- fields are read raw: a table whose __index raises leaks no descriptor
   local before = #assert(sys.list_dir("/proc/self/fd"))
   local trap = setmetatable({}, {__index = function() error("trap") end})

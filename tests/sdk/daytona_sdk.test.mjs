@@ -139,7 +139,7 @@ describe('official Daytona SDK against the stand-in', () => {
     const started = Date.now();
     await rejectsWith(sandbox.process.executeCommand('sleep 30', undefined, undefined, 1),
       DaytonaProcessExecutionTimeoutError, (e) => e instanceof DaytonaTimeoutError && e.statusCode === 408);
-    assert.ok(Date.now() - started < 5000, 'timed out promptly');
+    assert.ok(Date.now() - started < 20000, 'timed out at its 1 s timeout, not after the 30 s command');
   });
 
   it('runs python with codeRun (argv, env, exit code)', async () => {

@@ -38,11 +38,24 @@ function rlm(args, env) {
   });
 }
 
-// The deployed server's processes (it runs as ~/.rlm/bin/rlm in the sandbox).
-function deployedProcesses() {
-  return readdirSync('/proc').filter((p) => /^\d+$/.test(p)).filter((p) => {
-    try { return readFileSync(`/proc/${p}/cmdline`, 'latin1').includes('.rlm/bin/rlm'); } catch { return false; }
-  });
+// The deployed server's processes (it runs as ~/.rlm/bin/rlm in a sandbox): only those below
+// this test's stand-in, where its sandboxes run; another test run's deployment is not ours.
+function deployedProcesses(standinPid) {
+  const parent = new Map();
+  const cmdline = new Map();
+  for (const p of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
+    try {
+      const stat = readFileSync(`/proc/${p}/stat`, 'latin1');
+      parent.set(Number(p), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+      cmdline.set(Number(p), readFileSync(`/proc/${p}/cmdline`, 'latin1'));
+    } catch { /* gone meanwhile */ }
+  }
+  const below = (p) => {
+    let q = parent.get(p);
+    while (q !== undefined && q !== standinPid) q = parent.get(q);
+    return q === standinPid;
+  };
+  return [...parent.keys()].filter((p) => below(p) && cmdline.get(p).includes('.rlm/bin/rlm'));
 }
 
 describe('rlm mcp deploy, reached with the official MCP client', () => {
@@ -74,6 +87,7 @@ describe('rlm mcp deploy, reached with the official MCP client', () => {
       const res = await client.callTool({ name: 'sandbox_exec', arguments: { code: 'print(sum(range(10)))' } });
       assert.equal(res.isError ?? false, false, JSON.stringify(res));
       assert.equal(res.structuredContent.stdout, '45\n');
+      assert.ok(deployedProcesses(daytona.proc.pid).length >= 1, 'the deployed server runs below the stand-in');
     } finally {
       await client.close();
     }
@@ -96,7 +110,7 @@ describe('rlm mcp deploy, reached with the official MCP client', () => {
     assert.equal(res.code, 0, res.stderr);
     const stats = await (await fetch(`${daytona.url}/_control/stats`)).json();
     assert.deepEqual(stats.sandboxes, []);
-    assert.deepEqual(deployedProcesses(), []);
+    assert.deepEqual(deployedProcesses(daytona.proc.pid), []);
     const all = outputs.join('\n');
     for (const key of [DAYTONA_KEY, MODEL_KEY]) assert.ok(!all.includes(key), 'a key in the output');
   });

@@ -1,0 +1,39 @@
+"""Proof of concurrency for the stand-ins: counts the requests being handled at once and can hold
+each one until a number of them are in flight together. A test that asserts the peak, instead of
+how long a batch took, holds however slow or loaded the machine is."""
+import threading
+
+
+class InFlight:
+    """`with in_flight:` around a request's handling counts it; peak is the most seen at once.
+    wait_for(n) holds a request until n were in flight at the same moment, or for at most
+    `limit` seconds: past that the gate stays open for good (a client that sends one request at
+    a time must not wait `limit` seconds per request), and the peak tells the test what came."""
+
+    def __init__(self, limit=30):
+        self.cond = threading.Condition()
+        self.limit = limit
+        self.reset()
+
+    def reset(self):
+        with self.cond:
+            self.now = self.peak = 0
+            self.expired = False
+            self.cond.notify_all()
+
+    def __enter__(self):
+        with self.cond:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+            self.cond.notify_all()
+        return self
+
+    def __exit__(self, *exc):
+        with self.cond:
+            self.now -= 1
+
+    def wait_for(self, n):
+        with self.cond:
+            if not self.cond.wait_for(lambda: self.peak >= n or self.expired, self.limit):
+                self.expired = True
+                self.cond.notify_all()
