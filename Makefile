@@ -25,11 +25,15 @@ EMBED    := $(shell find lua skills -type f ! -name '*~' ! -path '*/__pycache__/
 CHECK_SRC := $(wildcard tests/check_*.c)
 SUITES   := $(patsubst tests/check_%.c,%,$(filter-out tests/check_main.c,$(CHECK_SRC)))
 
-.PHONY: all deps run test stress-test check luatest isolation pytest sdktest memcheck asan bench install clean docs
+.PHONY: all deps test-deps run test stress-test check luatest isolation pytest sdktest memcheck asan bench install uninstall clean docs
 all: rlm build/rlm.1
 
+# What building and `make run` need, and that with the test tools: .ci/deps --list run|test.
 deps:
-	@.ci/deps
+	@.ci/deps run
+
+test-deps:
+	@.ci/deps test
 
 build/.dir:
 	@mkdir -p build && touch $@
@@ -108,7 +112,7 @@ pytest:
 sdktest:
 	@$(call bounded,1800,tests/sdk/run)
 
-test: deps rlm
+test: test-deps rlm
 	@$(MAKE) --no-print-directory check asan luatest isolation pytest sdktest
 
 # The whole gate on a loaded machine: `make test` while CPU hogs (four per core, at least 8)
@@ -148,13 +152,19 @@ tests/sdk/node_modules: tests/sdk/package.json tests/sdk/package-lock.json
 build/curl_floor: bench/curl_floor.c | build/.dir
 	$(CC) -O2 -Wall -Wextra -Wno-unused-parameter -o $@ $< $(shell pkg-config --cflags --libs libcurl)
 
-bench: deps rlm tests/sdk/node_modules build/curl_floor
-	./rlm run bench/run.lua
+# The Daytona figure runs the official SDK under the pinned Node (tests/sdk/package.json).
+bench: test-deps rlm tests/sdk/node_modules build/curl_floor
+	PATH="$(CURDIR)/tests/sdk/node_modules/.bin:$$PATH" ./rlm run bench/run.lua
 
 install: rlm build/rlm.1
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 rlm $(DESTDIR)$(PREFIX)/bin/rlm
 	install -m 644 build/rlm.1 $(DESTDIR)$(PREFIX)/share/man/man1/rlm.1
+	@command -v man >/dev/null || echo "install: no man command here (Debian package man-db); \`rlm help\` prints the same manual"
+
+# Removes what `make install` put there; what rlm itself writes: docs/configuration.md.
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/rlm $(DESTDIR)$(PREFIX)/share/man/man1/rlm.1
 
 clean:
 	rm -rf build rlm
