@@ -21,7 +21,6 @@
 
 #include <lauxlib.h>
 
-#include "h1.h"
 #include "host.h"
 #include "loop.h"
 
@@ -70,7 +69,6 @@ struct loop {
     int epfd;                    /* the epoll set of the watches (and the signal pipe) */
     int signal_watched;
     lua_Integer next_id;
-    struct h1_pool *h1;
 };
 
 _Static_assert(POLLIN == EPOLLIN && POLLOUT == EPOLLOUT && POLLERR == EPOLLERR &&
@@ -113,7 +111,6 @@ static int loop_gc(lua_State *L)
     for (size_t i = 0; i < lp->nidle; i++)
         curl_easy_cleanup(lp->idle[i]);
     lp->nidle = 0;
-    h1_pool_close(lp->h1);
     free(lp->easies);
     free(lp->watches);
     free(lp->timers);
@@ -293,11 +290,6 @@ int loop_retarget(loop *lp, int fd, loop_fd_fn fn, void *ud)
             return 0;
         }
     return -1;
-}
-
-struct h1_pool **loop_h1_pool(loop *lp)
-{
-    return &lp->h1;
 }
 
 lua_Integer loop_new_id(loop *lp)
