@@ -90,12 +90,8 @@ run: deps rlm
 check: build/check_all rlm
 	build/check_all
 
-# The client tests run a second time with libcurl carrying every request: plain http to a
-# numeric address (every stand-in) otherwise goes through host/h1.c, and https never does.
 luatest: rlm
 	./rlm run tests/run.lua
-	RLM_HTTP_CLIENT=curl ./rlm run tests/run.lua test_http.lua test_llm.lua \
-	  test_daytona_client.lua test_provider.lua
 
 # The attacker's tests of the local sandbox, as root and again as uid 65534 when run as root.
 isolation: rlm

@@ -8,7 +8,6 @@
 
 #include <lauxlib.h>
 
-#include "h1.h"
 #include "http.h"
 
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud)
@@ -67,15 +66,6 @@ struct http_call *http_start(loop *lp, const struct http_req *req, http_chunk_fn
     c->on_chunk = on_chunk;
     c->done = done;
     c->ud = ud;
-    struct h1_target target;
-    if (h1_serves(req, &target)) {
-        c->h1 = h1_start(lp, req, &target, c);
-        if (c->h1 == NULL) {
-            free(c);
-            return NULL;
-        }
-        return c;
-    }
     c->easy = loop_easy(lp);
     if (c->easy == NULL) {
         free(c);
@@ -120,9 +110,7 @@ struct http_call *http_start(loop *lp, const struct http_req *req, http_chunk_fn
 
 void http_stop(struct http_call *c)
 {
-    if (c && c->h1)
-        h1_stop(c->h1);
-    else if (c && c->running) {
+    if (c && c->running) {
         loop_remove_easy(c->lp, c->easy);
         c->running = 0;
     }
@@ -133,7 +121,6 @@ void http_free(struct http_call *c)
     if (c == NULL)
         return;
     http_stop(c);
-    h1_free(c->h1);
     loop_easy_done(c->lp, c->easy);
     buf_free(&c->body);
     buf_free(&c->headers);
@@ -191,8 +178,6 @@ int http_header(const struct http_call *c, const char *name, char *out, size_t s
 const char *http_url(const struct http_call *c)
 {
     char *url = NULL;
-    if (c->h1)
-        return h1_url(c->h1);
     curl_easy_getinfo(c->easy, CURLINFO_EFFECTIVE_URL, &url);
     return url;
 }

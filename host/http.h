@@ -1,10 +1,7 @@
 /* http.h — the one HTTP layer under rlm.core.http, the LLM binding and the Daytona binding.
  * A call is one HTTP exchange (host/http.c) run on the event loop; callbacks run from loop.poll in plain C
- * (never Lua). Retries, parsing and Lua results are the caller's business.
- *
- * libcurl carries every exchange but those host/h1.c serves exactly as curl would (plain http
- * to a numeric address), at a fraction of its cost; callers see the same fields and CURLcodes
- * from both. */
+ * (never Lua). Retries, parsing and Lua results are the caller's business. libcurl carries
+ * every exchange. */
 #ifndef RLM_HTTP_H
 #define RLM_HTTP_H
 #include "netlib.h"
@@ -27,8 +24,7 @@ typedef void (*http_chunk_fn)(void *ud, struct http_call *c, const char *data, s
 typedef void (*http_done_fn)(void *ud, struct http_call *c);
 
 struct http_call {
-    CURL *easy;                    /* the curl transfer, or NULL when h1 carries the call */
-    struct h1_exchange *h1;
+    CURL *easy;                    /* the curl transfer */
     loop *lp;
     long status;                   /* of the final response; 0 before headers */
     struct buf body;

@@ -22,7 +22,6 @@
 
 #include <lauxlib.h>
 
-#include "h1.h"
 #include "host.h"
 #include "loop.h"
 
@@ -73,7 +72,6 @@ struct loop {
     int signals_held;            /* curl started a lookup: signals blocked until its call returns */
     sigset_t unheld;             /* the mask to restore then */
     lua_Integer next_id;
-    struct h1_pool *h1;
 };
 
 _Static_assert(POLLIN == EPOLLIN && POLLOUT == EPOLLOUT && POLLERR == EPOLLERR &&
@@ -116,7 +114,6 @@ static int loop_gc(lua_State *L)
     for (size_t i = 0; i < lp->nidle; i++)
         curl_easy_cleanup(lp->idle[i]);
     lp->nidle = 0;
-    h1_pool_close(lp->h1);
     free(lp->easies);
     free(lp->watches);
     free(lp->timers);
@@ -328,11 +325,6 @@ int loop_retarget(loop *lp, int fd, loop_fd_fn fn, void *ud)
             return 0;
         }
     return -1;
-}
-
-struct h1_pool **loop_h1_pool(loop *lp)
-{
-    return &lp->h1;
 }
 
 lua_Integer loop_new_id(loop *lp)

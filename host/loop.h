@@ -39,10 +39,6 @@ void loop_unwatch(loop *lp, int fd);
  * not watched. */
 int loop_retarget(loop *lp, int fd, loop_fd_fn fn, void *ud);
 
-/* Where the plain-HTTP client keeps this loop's idle connections (host/h1.c); they are closed
- * with the loop. */
-struct h1_pool **loop_h1_pool(loop *lp);
-
 /* Timers on the monotonic clock (milliseconds); ids are never reused; 0 when out of memory.
  * A timer with fn NULL is an op timer: its id is marked ready when it fires. */
 lua_Integer loop_timer_add(loop *lp, double due_ms, loop_timer_fn fn, void *ud);

@@ -39,7 +39,6 @@ M.ENVIRONMENT = {
   {"RLM_LUA_PATH", "DIR[:DIR]: Lua modules found there win over the embedded ones"},
   {"RLM_SKILLS_PATH", "DIR[:DIR]: your own skills, beside $XDG_DATA_HOME/rlm/skills"},
   {"RLM_DEBUG", "1: a command's error comes with where in rlm it was raised and a traceback"},
-  {"RLM_HTTP_CLIENT", "curl: libcurl carries every request, also plain http to a numeric address (otherwise rlm's own HTTP/1.1 client, which http_proxy and all_proxy also turn off)"},
 }
 
 M.SEE_ALSO = "The reference is in the docs/ folder of rlm's source: cli.md (this page), lua-api.md, " ..
