@@ -215,7 +215,7 @@ local function loop_result(res, outputs)
     local v = fields[outputs[1]]
     text = type(v) == "string" and v or json.encode(v == nil and json.null or v)
   else
-    text = json.encode(json.object(fields), {sort_keys = true})
+    text = json.encode(json.object(fields))
   end
   return mcp.text_result(text, structured)
 end
