@@ -759,7 +759,7 @@ struct encoder {
     lua_State *L;
     struct buf *out;
     int array_mt, object_mt;   /* absolute stack slots */
-    int indent, sort_keys, depth;
+    int indent, hash_order, depth;
     char point;
     char reason[160];
     char path[200];            /* filled from the failing value outwards, see path_prepend */
@@ -1288,8 +1288,8 @@ static int encode_table(struct encoder *e, int idx)
     if (shape == SHAPE_ARRAY)
         ok = encode_array(e, idx, n);
     else
-        ok = put(e, "{", 1) && (e->sort_keys ? encode_object_sorted(e, idx)
-                                             : encode_object_unsorted(e, idx));
+        ok = put(e, "{", 1) && (e->hash_order ? encode_object_unsorted(e, idx)
+                                              : encode_object_sorted(e, idx));
     e->depth--;
     if (!ok)
         return 0;
@@ -1407,7 +1407,7 @@ static int encode_onto(lua_State *L, int idx, struct buf *out, const struct json
     luaL_checkstack(L, 8, "json_encode");
     struct encoder e = {
         .L = L, .out = out, .array_mt = top + 1, .object_mt = top + 2, .point = locale_point(),
-        .indent = opts ? opts->indent : 0, .sort_keys = opts ? opts->sort_keys : 0,
+        .indent = opts ? opts->indent : 0, .hash_order = opts ? opts->hash_order : 0,
     };
     json_push_array_mt(L);
     json_push_object_mt(L);                          // [array_mt, object_mt]

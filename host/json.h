@@ -83,11 +83,12 @@ int json_integer(const char *v, size_t len, int64_t *out);
 
 struct json_encode_opts {
     int indent;    /* > 0: pretty-print with this many spaces per level, ", " -> ",\n", ": " */
-    int sort_keys; /* nonzero: object keys in byte order, for deterministic output */
+    int hash_order; /* nonzero: object keys in table order, which Lua's per-process string
+                     * hash seed changes from one process to the next; zero: in byte order */
 };
 
 /* Encodes the value at idx and pushes the JSON text as a Lua string; opts may be NULL (compact,
- * no spaces, table order). On failure pushes nothing and returns 0 with a message like
+ * no spaces, object keys in byte order: the same value gives the same bytes in every process). On failure pushes nothing and returns 0 with a message like
  * "cannot encode a function at $.tools[2]" in err. */
 int json_encode(lua_State *L, int idx, const struct json_encode_opts *opts, char *err,
                 size_t errlen);

@@ -243,7 +243,7 @@ static void add_query_value(lua_State *L, struct op *o, int idx)
         oom(L, dw_escape(&o->url, s, strlen(s)));
         return;
     case LUA_TTABLE:
-        if (!json_encode(L, idx, &(struct json_encode_opts){.sort_keys = 1}, err, sizeof err))
+        if (!json_encode(L, idx, NULL, err, sizeof err))
             luaL_error(L, "query value: %s", err);
         s = lua_tolstring(L, -1, &len);
         oom(L, dw_escape(&o->url, s, len));

@@ -1,12 +1,15 @@
 /* lhttpd.c — rlm.core.httpd: an HTTP server (libmicrohttpd) on the host's one event loop.
- *   listen{host=, port=, max_body=, per_client=, admit=} -> server | nil, msg
+ *   listen{host=, port=, max_body=, max_connections=, per_client=, admit=} -> server | nil, msg
  *     admit = {hosts = {names}, any_host = bool, origins = {origins}, token = str,
  *              open_paths = {paths}}: who may send a request at all, checked from the
  *     headers before any body is read (a refused request costs no memory): Host among hosts
  *     (unless any_host), Origin absent or among origins or http(s)://<one of hosts>, and
  *     "Authorization: Bearer <token>" when a token is set, except on a GET of one of the
  *     open_paths (a health check). A Content-Length over max_body is refused the same way.
- *     per_client caps the connections one address may hold.
+ *     max_connections (default 1024) caps the connections open at once: one more is answered
+ *     503 with Retry-After, so a client backs off instead of meeting a reset. per_client caps
+ *     the connections one address may hold (default 0: no cap, as behind a proxy or a
+ *     deployment's preview URL every client shares one address).
  *   server:port()   the bound port        server:id()   op id, ready when requests wait
  *   server:next()   -> request | nil      server:close()  (also __gc and __close)
  *   request:method() :path() :header(name) -> value | nil   :body()
@@ -37,8 +40,10 @@
 #define SERVER "rlm.httpd.server"
 #define REQUEST "rlm.httpd.request"
 #define DEFAULT_MAX_BODY (64u << 20)
-#define DEFAULT_PER_CLIENT 32u
-#define MAX_CONNECTIONS 256u
+#define DEFAULT_MAX_CONNECTIONS 1024
+/* Connections MHD takes past max_connections, only to answer them 503; beyond these it resets. */
+#define REFUSAL_ROOM 64u
+#define RETRY_AFTER "1"
 
 enum req_state { READING, WAITING, ANSWERED };
 
@@ -83,6 +88,7 @@ struct server {
     struct hreq *head, *tail;      /* finished requests Lua has not taken yet */
     struct hreq *live;             /* every exchange MHD still holds */
     size_t max_body;
+    unsigned max_connections;
 };
 
 struct request_ud {
@@ -219,6 +225,8 @@ static enum MHD_Result queue_plain(struct MHD_Connection *c, unsigned status, co
     if (res == NULL)
         return MHD_NO;
     MHD_add_response_header(res, "Content-Type", "text/plain");
+    if (status == 503)
+        MHD_add_response_header(res, "Retry-After", RETRY_AFTER);
     if (status == 401)
         MHD_add_response_header(res, "WWW-Authenticate", "Bearer realm=\"rlm\"");
     enum MHD_Result ok = MHD_queue_response(c, status, res);
@@ -279,6 +287,10 @@ static unsigned refusal(struct server *s, struct MHD_Connection *c, const char *
                         const char *method, const char **why)
 {
     const struct admission *a = &s->admit;
+    const union MHD_DaemonInfo *open = MHD_get_daemon_info(s->daemon,
+                                                           MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    if (open && open->num_connections > s->max_connections)
+        return *why = "too many connections: retry after a second\n", 503;
     const char *length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (length && strtoull(length, NULL, 10) > s->max_body)
         return *why = "request body too large\n", 413;
@@ -517,10 +529,14 @@ static int l_listen(lua_State *L)
     lua_getfield(L, 1, "max_body");
     lua_Integer max_body = luaL_optinteger(L, -1, DEFAULT_MAX_BODY);
     lua_getfield(L, 1, "per_client");
-    lua_Integer per_client = luaL_optinteger(L, -1, DEFAULT_PER_CLIENT);
-    lua_pop(L, 3);                                  /* host stays on the stack until return */
+    lua_Integer per_client = luaL_optinteger(L, -1, 0);
+    lua_getfield(L, 1, "max_connections");
+    lua_Integer max_connections = luaL_optinteger(L, -1, DEFAULT_MAX_CONNECTIONS);
+    lua_pop(L, 4);                                  /* host stays on the stack until return */
     if (port < 0 || port > 65535)
         return luaL_error(L, "port must be 0..65535");
+    if (max_connections < 1 || max_connections > 65536 || per_client < 0 || per_client > 65536)
+        return luaL_error(L, "max_connections must be 1..65536 and per_client 0..65536");
     struct sockaddr_storage addr;
     socklen_t addrlen;
     const char *err = NULL;
@@ -535,6 +551,7 @@ static int l_listen(lua_State *L)
     s->lp = lp;
     s->epoll_fd = -1;
     s->max_body = (size_t)max_body;
+    s->max_connections = (unsigned)max_connections;
     luaL_setmetatable(L, SERVER);
     /* Every name the admission allows; with no admit table, any request is let in. */
     lua_getfield(L, 1, "admit");
@@ -560,7 +577,8 @@ static int l_listen(lua_State *L)
                                  MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
-                                 MHD_OPTION_CONNECTION_LIMIT, MAX_CONNECTIONS,
+                                 MHD_OPTION_CONNECTION_LIMIT,
+                                 (unsigned)max_connections + REFUSAL_ROOM,
                                  MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)per_client,
                                  MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
                                  MHD_OPTION_END);

@@ -1,5 +1,7 @@
 /* ljson.c — rlm.core.json, the Lua face of json.h:
- *   encode(v[, {indent = n, sort_keys = true}]) -> text   raises on values JSON cannot hold
+ *   encode(v[, {indent = n, sort_keys = false}]) -> text  raises on values JSON cannot hold;
+ *                         object keys in byte order, unless sort_keys is false (table order,
+ *                         which differs from one process to the next) 
  *   decode(text) -> value | nil, message                  malformed JSON is an expected branch
  *   null                  the NULL light userdata, the same value as cjson.null
  *   array_mt, object_mt   metatables of decoded arrays and objects
@@ -26,7 +28,7 @@ static void check_opts(lua_State *L, int arg, struct json_encode_opts *o)
                 luaL_argerror(L, arg, "indent must be an integer from 0 to 16");
             o->indent = n > 0 ? (int)n : 0;
         } else if (strcmp(name, "sort_keys") == 0) {
-            o->sort_keys = lua_toboolean(L, -1);
+            o->hash_order = !lua_toboolean(L, -1) && !lua_isnil(L, -1);
         } else {
             luaL_argerror(L, arg, lua_pushfstring(L, "unknown option '%s'", name));
         }

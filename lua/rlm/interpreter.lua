@@ -247,11 +247,15 @@ function Interp:restart_driver()
   self:launch(sb)
 end
 
--- variables without its long strings; those strings in announcement order, and the
--- announcement ({name, bytes} each) for the request.
+-- variables without its long strings; those strings in announcement order (by name, so the
+-- same variables give the same bytes in every process), and the announcement ({name, bytes}
+-- each) for the request.
 local function split_payloads(variables, payload_min)
-  local rest, data, announced = {}, {}, {}
-  for k, v in pairs(variables) do
+  local rest, data, announced, names = {}, {}, {}, {}
+  for k in pairs(variables) do names[#names + 1] = k end
+  table.sort(names)
+  for _, k in ipairs(names) do
+    local v = variables[k]
     if type(v) == "string" and #v >= payload_min then
       data[#data + 1] = v
       announced[#announced + 1] = {name = k, bytes = #v}

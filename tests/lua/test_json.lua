@@ -122,6 +122,26 @@ tests["is_array tells how a table would encode"] = function()
   T.eq(json.is_array("x"), false)
 end
 
+-- Lua seeds its string hashes per process, so table order differs between processes: encode
+-- writes object keys in byte order unless told otherwise, and the same value gives the same
+-- bytes in every process (cache keys, trajectories, schemas, request bodies depend on it).
+tests["the same value encodes to the same bytes in every process"] = function()
+  local script = T.lua_script([[
+    local json = require "rlm.json"
+    local t = {}
+    for i = 1, 40 do t["key" .. i] = {["n" .. i] = i, model = "m", prompt = "p"} end
+    io.write(json.encode(t))]])
+  local first
+  for _ = 1, 8 do
+    local res = T.run_rlm({"run", script})
+    T.eq(res.code, 0, res.stderr)
+    T.truthy(#res.stdout > 40 * 20, "the whole document is written")
+    first = first or res.stdout
+    T.eq(res.stdout, first, "bytes of another process")
+  end
+  T.truthy(first:find('^{"key1":{"model":"m","n1":1,"prompt":"p"},"key10":'), first:sub(1, 80))
+end
+
 tests["sort_keys and indent"] = function()
   local v = {b = 1, a = {1, 2}, c = {}}
   T.eq(json.encode(v, {sort_keys = true}), '{"a":[1,2],"b":1,"c":{}}')

@@ -5,9 +5,9 @@ local prompts = require "rlm.prompts"
 
 local tests = {}
 
-tests["code blocks: repl, python, py and bare fences run; other languages do not"] = function()
+tests["code blocks: python, py and bare fences run; other languages do not"] = function()
   local reply = table.concat({
-    "Let me look.", "```repl", "print(len(context))", "```",
+    "Let me look.", "```python3", "print(len(context))", "```",
     "Some JSON:", "```json", '{"a": 1}', "```",
     "```python", "x = 1", "```",
     "```", "y = 2", "```",
@@ -16,9 +16,54 @@ tests["code blocks: repl, python, py and bare fences run; other languages do not
   T.eq(parse.code_blocks(reply), {"print(len(context))", "x = 1", "y = 2", "z = 3"})
 end
 
-tests["an unterminated block (a cut reply) still runs"] = function()
+tests["an unterminated block runs unless the reply was cut at the output limit"] = function()
   T.eq(parse.code_blocks("```repl\nprint(1)\nprint(2)"), {"print(1)\nprint(2)"})
   T.eq(parse.code_blocks("no code here"), {})
+  local cut = parse.reply("Step one.\n```repl\nopen('side', 'w').write('x')\nresult = compute(",
+                          {cut = true})
+  T.eq(cut.code, {})
+  T.eq(cut.cut, true)
+  T.eq(#cut.notes, 1)
+  T.contains(cut.notes[1], "cut off at the output limit")
+  -- a cut reply's closed blocks still run
+  T.eq(parse.reply("```repl\nx = 1\n```\n```repl\ny = ", {cut = true}).code, {"x = 1"})
+end
+
+-- Shapes real models write; each names the public run or report it follows.
+tests["a ```python block beside a ```repl block illustrates and does not run"] = function()
+  -- DSPy RLM runs (stanfordnlp/dspy issue #9573): the reply explains with a python block,
+  -- then acts in a repl block; running both paid for llm_query_batched twice.
+  local r = parse.reply(table.concat({
+    "The pattern is:", "```python", "answers = llm_query_batched(chunks)", "```",
+    "Now for real:", "```repl", "answers = llm_query_batched(chunks)", "print(len(answers))", "```"},
+    "\n"))
+  T.eq(r.code, {"answers = llm_query_batched(chunks)\nprint(len(answers))"})
+  T.eq(#r.notes, 1)
+  T.contains(r.notes[1], "Block 1 (a ```python block) was not run: only ```repl blocks run")
+  -- without a repl block, python blocks are the code
+  T.eq(parse.reply("```python\nx = 1\n```").code, {"x = 1"})
+end
+
+tests["thinking sections are never run"] = function()
+  local draft = "<think>\nMaybe:\n```python\nos.remove('data')\n```\nNo.\n</think>\n"
+  T.eq(parse.reply(draft .. "```repl\nprint(1)\n```").code, {"print(1)"})
+  T.eq(parse.reply("<thinking>```repl\nbad()\n```</thinking>ok\n```repl\ngood()\n```").code,
+       {"good()"})
+  -- the template opened the section in the prompt: everything before a lone </think>
+  T.eq(parse.reply("draft\n```repl\nbad()\n```\n</think>\n```repl\ngood()\n```").code,
+       {"good()"})
+  -- an unclosed section (the reply was cut while thinking) runs nothing
+  T.eq(parse.reply("```repl\ngood()\n```\n<think>\n```repl\nbad()\n```").code, {"good()"})
+  T.eq(parse.final("<think>FINAL(guess)</think>\nstill working"), nil)
+end
+
+tests["a fence indented inside a list is dedented, and its end is found"] = function()
+  local reply = table.concat({
+    "1. Count the lines:", "   ```repl", "   n = len(context.splitlines())", "   if n:",
+    "       print(n)", "   ```", "2. Then report it.", "FINAL(n lines)"}, "\n")
+  local r = parse.reply(reply)
+  T.eq(r.code, {"n = len(context.splitlines())\nif n:\n    print(n)"})
+  T.eq(parse.final(reply), {text = "n lines"})
 end
 
 tests["FINAL and FINAL_VAR lines outside code"] = function()

@@ -107,7 +107,7 @@ function M.main(argv)
   if to_stdout and opts.json then
     print(json.encode({fields = res.fields, reason = res.reason, detail = res.detail,
                        iterations = res.iterations, submitted = res.submitted,
-                       extracted = res.extracted, usage = res.usage}, {sort_keys = true}))
+                       extracted = res.extracted, usage = res.usage}))
   elseif to_stdout and answered then
     local outputs = opts.outputs or {"answer"}
     for _, name in ipairs(outputs) do

@@ -68,12 +68,12 @@ function M.main(argv)
   if opts.json then
     print(json.encode({out = out, stdout = run.stdout, stderr = run.stderr, error = run.error,
                        traceback = run.traceback, exit = run.exit, duration = run.duration,
-                       timed_out = run.timed_out}, {sort_keys = true}))
+                       timed_out = run.timed_out}))
     return run.error and 1 or 0
   end
   if out then
     io.stderr:write(run.stdout)
-    print(json.encode(out, {sort_keys = true}))
+    print(json.encode(out))
   else
     io.stdout:write(run.stdout)
   end

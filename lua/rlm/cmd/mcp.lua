@@ -8,7 +8,8 @@ local M = {}
 
 M.help = [[
 usage: rlm mcp [--http [HOST:]PORT] [--backend local|daytona] [--model PROVIDER/NAME]
-               [--execute-timeout S] [--max-result BYTES]
+               [--execute-timeout S] [--max-result BYTES] [--max-sessions N]
+               [--sandbox-idle S] [--max-connections N]
        rlm mcp deploy [--name N] ...    the server, always on, in a Daytona sandbox
                                         (`rlm mcp deploy --help`)
 
@@ -29,6 +30,13 @@ Binding to a non-loopback address needs RLM_MCP_TOKEN: every request must then c
 Host and Origin must be local; RLM_MCP_ALLOWED_HOSTS and RLM_MCP_ALLOWED_ORIGINS (comma
 separated) allow others.
 
+Many agents may share one HTTP server. A session's persistent sandbox is freed after
+--sandbox-idle seconds without a call (default 600); the session goes on, and its next call
+says that its state was lost. Sessions nobody ends close after an hour idle; past
+--max-sessions (default 10000) the least recently used idle one is ended to make room. Past
+--max-connections open connections (default 1024) a request is answered 503 with Retry-After.
+There is no cap per client address: behind a proxy every client shares one.
+
 The model and backend come from --model/--backend or RLM_MODEL/RLM_BACKEND, as for `rlm ask`.
 
 A tool result is at most --max-result bytes of JSON (default 4 MiB over stdio, where the
@@ -43,7 +51,8 @@ prompts of FILE (the project's tests/mcp/fixtures.lua), which the official MCP c
 calls. They are not part of rlm; never use them otherwise.]]
 
 local SPEC = {http = "string", backend = "string", model = "string", execute_timeout = "number",
-              fixtures = "string", max_result = "number"}
+              fixtures = "string", max_result = "number", max_sessions = "number",
+              sandbox_idle = "number", max_connections = "number"}
 
 local MIB = 1024 * 1024
 -- What one tool result may carry by default: well under the official SDKs' 10 MiB message
@@ -100,7 +109,7 @@ function M.build(opts)
     instructions = "Tools for long-context work: rlm_execute/rlm_analyze run a model that " ..
       "explores large inputs by writing Python in a sandbox; sandbox_* run code directly.",
     tools = tools.list, fixtures = fixtures, log = function(text) eprint(text) end,
-    on_close = tools.close_session, max_result = max_result,
+    on_close = tools.close_session, on_idle = tools.free_sandbox, max_result = max_result,
   }
   if fixtures then
     for _, t in ipairs(fixtures.tools) do server:add_tool(t) end
@@ -142,7 +151,14 @@ function M.serve(server, opts)
     error(("binding to %s exposes the sandboxes to the network: set RLM_MCP_TOKEN to a secret " ..
            "that clients must send as a bearer token (or bind to 127.0.0.1)"):format(h), 0)
   end
-  http.serve(server, {host = h, port = port, token = token,
+  for _, name in ipairs{"max_sessions", "max_connections", "sandbox_idle"} do
+    local v = opts[name]
+    if v and (v ~= math.floor(v) or v < 1) then
+      error(("--%s needs a whole number of at least 1, got %s"):format(name:gsub("_", "-"), v), 0)
+    end
+  end
+  http.serve(server, {host = h, port = port, token = token, max_sessions = opts.max_sessions,
+                      max_connections = opts.max_connections, sandbox_idle = opts.sandbox_idle,
                       allowed_hosts = list_env("RLM_MCP_ALLOWED_HOSTS"),
                       allowed_origins = list_env("RLM_MCP_ALLOWED_ORIGINS")},
     function(bound)

@@ -79,7 +79,7 @@ end
 local function str(v)
   if type(v) == "string" then return v end
   if v == nil then return "" end
-  return json.encode(v, {indent = 2, sort_keys = true})
+  return json.encode(v, {indent = 2})
 end
 
 local CSS = [[

@@ -19,11 +19,12 @@ M.PATH = "/mcp"
 -- GET answers whether the server is up, without a token (it tells nothing secret): what a
 -- deployment waits for and what load balancers and `rlm mcp deploy --status` ask.
 M.HEALTH = "/health"
-local SESSION_IDLE = 3600        -- seconds before an idle session (and its sandbox) is closed
-local SWEEP_EVERY = 60
+local SESSION_IDLE = 3600        -- seconds before an idle session is closed
 local MAX_BODY = 16 * 1024 * 1024 -- one JSON-RPC message; uploads bigger than this go in parts
-local MAX_SESSIONS = 64
-local SESSION_FULL_IDLE = 60     -- when the sessions are all taken, idle this long is enough
+-- A session without a sandbox is a small table, so many may stay open; a sandbox is a process
+-- tree (or a paid remote machine), freed after minutes idle while its session goes on. Clients
+-- that never end their sessions (health checks, crashed agents) so cost nothing for long.
+M.defaults = {max_sessions = 10000, sandbox_idle = 600, max_connections = 1024}
 
 local LOCAL_NAMES = {["localhost"] = true, ["127.0.0.1"] = true, ["[::1]"] = true, ["::1"] = true}
 
@@ -61,7 +62,7 @@ Transport.__index = Transport
 --- opts: host (bound address), token, allowed_hosts (list of extra Host names),
 -- allowed_origins (list of extra origins, "scheme://host[:port]").
 function M.new(server, opts)
-  local self = setmetatable({server = server, opts = opts, sessions = {},
+  local self = setmetatable({server = server, opts = opts, sessions = {}, open = 0,
                              started = {at = sys.now(), version = require("rlm.core.host").version}},
                             Transport)
   self.hosts = {}
@@ -109,17 +110,36 @@ end
 local DROP = {send = function() end}
 
 function Transport:count()
-  local n = 0
-  for _ in pairs(self.sessions) do n = n + 1 end
-  return n
+  return self.open
+end
+
+function Transport:end_session(sid)
+  local session = self.sessions[sid]
+  if not session then return end
+  self.sessions[sid] = nil
+  self.open = self.open - 1
+  session:close()
+end
+
+-- Ends the least recently used session that runs nothing; false when every one is busy.
+function Transport:evict_one()
+  local oldest, when = nil, math.huge
+  for sid, session in pairs(self.sessions) do
+    if session.last_used < when and not session:busy() then oldest, when = sid, session.last_used end
+  end
+  if not oldest then return false end
+  self.server:log(("session %s ended to make room: idle %.0f s, the least recently used")
+    :format(oldest:sub(1, 8), sys.now() - when))
+  self:end_session(oldest)
+  return true
 end
 
 function Transport:initialize(req, msg)
-  if self:count() >= MAX_SESSIONS then self:sweep(SESSION_FULL_IDLE) end
-  if self:count() >= MAX_SESSIONS then
+  local max = self.opts.max_sessions or M.defaults.max_sessions
+  if self.open >= max then self:sweep() end
+  if self.open >= max and not self:evict_one() then
     return reply_json(req, 503, mcp.error_response(msg.id, mcp.INTERNAL_ERROR,
-      ("too many sessions (%d): end one with DELETE, or wait for idle ones to close"):format(
-        MAX_SESSIONS)), {["Retry-After"] = "60"})
+      ("all %d sessions are running tools: retry shortly"):format(max)), {["Retry-After"] = "5"})
   end
   local session = self.server:session()
   local sid = sys.random_hex(16)
@@ -128,6 +148,7 @@ function Transport:initialize(req, msg)
   local reply = session:handle(msg, DROP)
   if reply and reply.result then
     self.sessions[sid] = session
+    self.open = self.open + 1
     reply_json(req, 200, reply, {["Mcp-Session-Id"] = sid})
   else
     reply_json(req, 400, reply)
@@ -207,8 +228,7 @@ end
 function Transport:delete(req)
   local session, status, err = self:session_of(req)
   if not session then return reply_json(req, status, err) end
-  self.sessions[session.http_id] = nil
-  session:close()
+  self:end_session(session.http_id)
   req:respond(200, {}, "")
 end
 
@@ -230,34 +250,43 @@ function Transport:handle(req)
   reply_text(req, 405, "use POST (GET streams are not offered)", {Allow = "POST, DELETE"})
 end
 
--- Closes sessions nobody has used for idle seconds (default SESSION_IDLE), with their sandboxes.
-function Transport:sweep(idle)
+-- Closes sessions nobody has used for an hour, and frees the sandboxes of sessions idle for
+-- sandbox_idle seconds (the session goes on, and its next call is told its state was lost).
+function Transport:sweep()
   local now = sys.now()
+  local sandbox_idle = self.opts.sandbox_idle or M.defaults.sandbox_idle
+  local ended = {}
   for sid, session in pairs(self.sessions) do
-    if now - session.last_used > (idle or SESSION_IDLE) and not session:busy() then
-      self.sessions[sid] = nil
-      session:close()
+    local idle = now - session.last_used
+    if not session:busy() then
+      if idle > SESSION_IDLE then
+        ended[#ended + 1] = sid
+      elseif idle > sandbox_idle then
+        session:idle(sandbox_idle)
+      end
     end
   end
+  for _, sid in ipairs(ended) do self:end_session(sid) end
 end
 
 function Transport:close()
-  for sid, session in pairs(self.sessions) do
-    self.sessions[sid] = nil
-    session:close()
-  end
+  local all = {}
+  for sid in pairs(self.sessions) do all[#all + 1] = sid end
+  for _, sid in ipairs(all) do self:end_session(sid) end
 end
 
 --- Listens and serves until interrupted. on_ready(port) is called once requests are accepted.
 function M.serve(server, opts, on_ready)
   local self = M.new(server, opts)
   local listener <close> = assert(httpd.listen{host = opts.host or "127.0.0.1", port = opts.port or 0,
-                                                max_body = MAX_BODY, admit = self:admission()})
+    max_body = MAX_BODY, admit = self:admission(),
+    max_connections = opts.max_connections or M.defaults.max_connections})
   on_ready(listener:port())
-  local next_sweep = sys.now() + SWEEP_EVERY
+  local sweep_every = math.max(0.25, math.min(60, (opts.sandbox_idle or M.defaults.sandbox_idle) / 4))
+  local next_sweep = sys.now() + sweep_every
   local ok, err = pcall(function()
     while true do
-      async.await(listener:id(), SWEEP_EVERY)
+      async.await(listener:id(), sweep_every)
       while true do
         local req = listener:next()
         if not req then break end
@@ -271,7 +300,7 @@ function M.serve(server, opts, on_ready)
       end
       if sys.now() >= next_sweep then
         self:sweep()
-        next_sweep = sys.now() + SWEEP_EVERY
+        next_sweep = sys.now() + sweep_every
       end
     end
   end)

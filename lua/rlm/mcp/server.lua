@@ -98,7 +98,8 @@ Server.__index = Server
 --- opts: name, version, title, instructions, tools (list of tool definitions: name, title,
 -- description, inputSchema, outputSchema, annotations, run(args, ctx) -> result), fixtures
 -- (test-only provider of resources, prompts and completions), log(text) for diagnostics,
--- on_close(session) when a session ends, max_result (bytes: a tool result whose JSON is bigger
+-- on_close(session) when a session ends, on_idle(session, seconds) when it has been idle that
+-- long (its resources may go; the session goes on), max_result (bytes: a tool result whose JSON is bigger
 -- is replaced by an error saying how to ask for less; nil: no cap).
 function M.new(opts)
   local self = setmetatable({opts = opts, tools = {}, order = {}, sessions = 0}, Server)
@@ -259,6 +260,13 @@ function Session:close()
     local ok, err = pcall(self.server.opts.on_close, self)
     if not ok then self.server:log("session cleanup failed: " .. tostring(err)) end
   end
+end
+
+--- The session has been idle for `seconds`: what it holds may be freed (on_idle).
+function Session:idle(seconds)
+  if self.closed or not self.server.opts.on_idle then return end
+  local ok, err = pcall(self.server.opts.on_idle, self, seconds)
+  if not ok then self.server:log("freeing an idle session failed: " .. tostring(err)) end
 end
 
 --- True while calls are running.

@@ -164,6 +164,25 @@ function Server:close_session(session)
   if interp then interp:shutdown() end
 end
 
+-- The session was idle for `seconds`: its sandbox goes (unless a call holds it), and the next
+-- call on it is told that the state was lost.
+function Server:free_sandbox(session, seconds)
+  local st = session.state
+  if not st.interp or (st.lock and st.lock.held) then return end
+  st.interp:shutdown()
+  st.interp, st.freed_after = nil, seconds
+end
+
+-- A session tool's result, with a note first when the session's sandbox had been freed.
+local function with_freed_note(result, seconds)
+  local note = ("[note] This session's sandbox was idle for more than %s s and was freed: its " ..
+    "variables and files are gone, and this call ran in a new one."):format(
+    ("%g"):format(seconds))
+  table.insert(result.content, 1, {type = "text", text = note})
+  if type(result.structuredContent) == "table" then result.structuredContent.state_lost = true end
+  return result
+end
+
 local USAGE_KEYS = {"calls", "llm_calls", "input_tokens", "output_tokens", "total_tokens", "cost"}
 
 function Server:add_usage(usage)
@@ -215,7 +234,7 @@ local function loop_result(res, outputs)
     local v = fields[outputs[1]]
     text = type(v) == "string" and v or json.encode(v == nil and json.null or v)
   else
-    text = json.encode(json.object(fields), {sort_keys = true})
+    text = json.encode(json.object(fields))
   end
   return mcp.text_result(text, structured)
 end
@@ -514,7 +533,10 @@ local function runner(server, def)
   elseif def.session then
     return function(args, ctx)
       local interp, turn <close> = server:session_interp(ctx)
-      return def.session(interp, args, server)
+      local freed = ctx.state.freed_after
+      ctx.state.freed_after = nil
+      local result = def.session(interp, args, server)
+      return freed and with_freed_note(result, freed) or result
     end
   end
   return function(args, ctx) return def.run(server, args, ctx) end
@@ -534,7 +556,8 @@ function M.new(cfg)
     end
     list[i] = tool
   end
-  return {list = list, close_session = function(session) server:close_session(session) end}
+  return {list = list, close_session = function(session) server:close_session(session) end,
+          free_sandbox = function(session, seconds) server:free_sandbox(session, seconds) end}
 end
 
 return M

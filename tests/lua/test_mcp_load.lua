@@ -1,0 +1,157 @@
+--- `rlm mcp --http` when many agents use it: sessions nobody ends, connections past the limit,
+-- sandboxes left idle.
+local T = require "support"
+local async = require "rlm.async"
+local http = require "rlm.http"
+local httpd = require "rlm.core.httpd"
+local json = require "rlm.json"
+local sys = require "rlm.sys"
+
+local tests = {}
+
+local INIT = {jsonrpc = "2.0", id = 0, method = "initialize",
+              params = {protocolVersion = "2025-06-18", capabilities = json.object(),
+                        clientInfo = {name = "load", version = "0"}}}
+
+local function http_server(extra)
+  local argv = {T.rlm, "mcp", "--http", "127.0.0.1:0"}
+  for _, a in ipairs(extra or {}) do argv[#argv + 1] = a end
+  local proc = assert(sys.spawn{argv = argv, stdin = "null", stderr = "pipe"})
+  T.defer(function() proc:kill("TERM"); sys.wait(proc, 5); proc:close() end)
+  local line = sys.read_line(proc, 30)
+  local url = line and line:match("^READY (http://127%.0%.0%.1:%d+)$")
+  if not url then error("no READY line: " .. tostring(line) .. " " .. proc:read("stderr")) end
+  return url .. "/mcp"
+end
+
+local function headers(sid)
+  return {["Content-Type"] = "application/json", Accept = "application/json, text/event-stream",
+          ["Mcp-Session-Id"] = sid, ["MCP-Protocol-Version"] = sid and "2025-06-18" or nil}
+end
+
+local function post(url, msg, sid)
+  return assert(http.request{url = url, method = "POST", headers = headers(sid), retries = 0,
+                             body = json.encode(msg), timeout = 120})
+end
+
+local function open_session(url)
+  local res = post(url, INIT)
+  T.eq(res.status, 200, res.body)
+  local sid = res.headers["mcp-session-id"]
+  T.eq(post(url, {jsonrpc = "2.0", method = "notifications/initialized"}, sid).status, 202)
+  return sid
+end
+
+-- A tool call's result (the JSON body, or the last SSE message's).
+local function call(url, sid, name, args)
+  local res = post(url, {jsonrpc = "2.0", id = 1, method = "tools/call",
+                         params = {name = name, arguments = args or json.object()}}, sid)
+  T.eq(res.status, 200, res.body)
+  local last
+  for data in res.body:gmatch("data: ([^\n]*)\n") do last = data end
+  return assert(json.decode(last or res.body)).result
+end
+
+local function text_of(result)
+  local parts = {}
+  for _, c in ipairs(result.content) do parts[#parts + 1] = c.text or "" end
+  return table.concat(parts, "\n")
+end
+
+tests["1,000 sessions opened and abandoned, then a new client is served"] = function()
+  local url = http_server()
+  local reqs = {}
+  for i = 1, 1000 do
+    reqs[i] = {url = url, method = "POST", headers = headers(), body = json.encode(INIT),
+               retries = 0, timeout = 120}
+  end
+  local opened = 0
+  for _, res in ipairs(http.request_all(reqs, {concurrency = 16})) do
+    if res.status == 200 and res.headers["mcp-session-id"] then opened = opened + 1 end
+  end
+  T.eq(opened, 1000, "sessions opened")
+  local sid = open_session(url)
+  local result = call(url, sid, "sandbox_exec", {code = "print(6 * 7)"})
+  T.eq(result.structuredContent.stdout, "42\n")
+end
+
+tests["past --max-sessions the least recently used idle session makes room"] = function()
+  local url = http_server{"--max-sessions", "5"}
+  local sids = {}
+  for i = 1, 5 do sids[i] = open_session(url) end
+  T.eq(post(url, {jsonrpc = "2.0", id = 2, method = "ping"}, sids[1]).status, 200, "session 1 used")
+  sids[6] = open_session(url)
+  T.eq(post(url, {jsonrpc = "2.0", id = 3, method = "ping"}, sids[2]).status, 404,
+       "the least recently used session was ended")
+  for _, i in ipairs{1, 3, 4, 5, 6} do
+    T.eq(post(url, {jsonrpc = "2.0", id = 4, method = "ping"}, sids[i]).status, 200, "session " .. i)
+  end
+end
+
+tests["an idle session's sandbox is freed; the session goes on and is told its state was lost"] =
+function()
+  local url = http_server{"--sandbox-idle", "1"}
+  local sid = open_session(url)
+  local r = call(url, sid, "sandbox_exec_stateful", {code = "x = 41"})
+  T.eq(r.isError or false, false, text_of(r))
+  local deadline = sys.now() + 60
+  repeat
+    sys.sleep(0.5)
+    local live = call(url, open_session(url), "rlm_status").structuredContent.sandboxes
+  until live == 0 or sys.now() > deadline
+  r = call(url, sid, "sandbox_exec_stateful", {code = "print(x + 1)"})
+  local text = text_of(r)
+  T.contains(text, "was idle for more than 1 s and was freed")
+  T.contains(text, "NameError")
+  T.eq(r.structuredContent.state_lost, true)
+  r = call(url, sid, "sandbox_exec_stateful", {code = "x = 1\nprint(x + 1)"})
+  T.eq(r.structuredContent.stdout, "2\n")
+  T.truthy(not text_of(r):find("was freed", 1, true), "told once")
+end
+
+tests["connections past the limit get 503 with Retry-After, not a reset"] = function()
+  local server = assert(httpd.listen{host = "127.0.0.1", port = 0, max_connections = 4})
+  local held, release, stop = 0, false, false
+  local loop_task = async.spawn(function()
+    while not stop do
+      async.await(server:id(), 0.05)
+      while true do
+        local req = server:next()
+        if not req then break end
+        async.spawn(function()
+          held = held + 1
+          while not release do async.sleep(0.02) end
+          req:respond(200, {}, "served")
+        end)
+      end
+    end
+  end)
+  T.defer(function() stop = true; release = true; loop_task:join(5); server:close() end)
+  local url = ("http://127.0.0.1:%d/x"):format(server:port())
+  local results, tasks = {}, {}
+  for i = 1, 8 do
+    tasks[i] = async.spawn(function()
+      results[i] = assert(http.request{url = url, retries = 0, timeout = 60})
+    end)
+  end
+  local deadline = sys.now() + 60
+  local refused = 0
+  while sys.now() < deadline do
+    refused = 0
+    for i = 1, 8 do if results[i] and results[i].status == 503 then refused = refused + 1 end end
+    if refused == 4 and held == 4 then break end
+    async.sleep(0.05)
+  end
+  T.eq(held, 4, "requests the server took while holding them")
+  T.eq(refused, 4, "requests refused")
+  for i = 1, 8 do
+    if results[i] then T.truthy(tonumber(results[i].headers["retry-after"]), "Retry-After") end
+  end
+  release = true
+  for i = 1, 8 do tasks[i]:join(60) end
+  local served = 0
+  for i = 1, 8 do if results[i].status == 200 then served = served + 1 end end
+  T.eq(served, 4)
+end
+
+return tests
