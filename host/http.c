@@ -1,6 +1,7 @@
 /* http.c — the one curl layer (see http.h): an exchange on the event loop, its headers, and
  * the words for its failures. */
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -14,6 +15,11 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud)
 {
     struct http_call *c = ud;
     size_t n = size * nmemb;
+    c->received += n;
+    if (c->received > c->max_answer) {
+        c->too_large = 1;
+        return 0;                  /* curl stops the transfer: CURLE_WRITE_ERROR */
+    }
     if (c->on_chunk) {
         c->on_chunk(c->ud, c, ptr, n);
         return n;
@@ -45,6 +51,11 @@ static void on_done(void *ud, CURLcode result)
     curl_easy_getinfo(c->easy, CURLINFO_TOTAL_TIME, &c->seconds);
     if (result == CURLE_OK)
         curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &c->status);
+    if (c->too_large) {
+        buf_free(&c->body);
+        snprintf(c->error, sizeof c->error, "the answer is larger than %zu bytes",
+                 c->max_answer);
+    }
     if (c->done)
         c->done(c->ud, c);
 }
@@ -63,6 +74,7 @@ struct http_call *http_start(loop *lp, const struct http_req *req, http_chunk_fn
     if (c == NULL)
         return NULL;
     c->lp = lp;
+    c->max_answer = req->max_answer ? req->max_answer : HTTP_MAX_ANSWER;
     c->on_chunk = on_chunk;
     c->done = done;
     c->ud = ud;
@@ -182,9 +194,11 @@ const char *http_url(const struct http_call *c)
     return url;
 }
 
-const char *http_failure_kind(CURLcode r)
+const char *http_failure_kind(const struct http_call *c)
 {
-    switch (r) {
+    if (c->too_large)
+        return "too_large";
+    switch (c->result) {
     case CURLE_COULDNT_CONNECT:
         return "connect";
     case CURLE_COULDNT_RESOLVE_HOST:

@@ -16,7 +16,12 @@ struct http_req {
     size_t body_len;
     long timeout_ms;               /* whole exchange; 0 = none */
     long connect_timeout_ms;       /* 0 = curl's default */
+    size_t max_answer;             /* bytes of answer body (kept or streamed) before the call
+                                    * fails as too_large; 0 = HTTP_MAX_ANSWER */
 };
+
+/* No server's answer grows rlm without end: an endless body fails here. */
+#define HTTP_MAX_ANSWER ((size_t)256 << 20)
 
 struct http_call;
 /* on_chunk: body bytes as they arrive (the body is then not kept); NULL keeps the body. */
@@ -33,7 +38,8 @@ struct http_call {
     char error[CURL_ERROR_SIZE];
     long new_connections;
     double seconds;
-    int running;
+    size_t received, max_answer;   /* answer body bytes so far, and the cap */
+    int running, too_large;
     http_chunk_fn on_chunk;
     http_done_fn done;
     void *ud;
@@ -55,8 +61,9 @@ typedef int (*http_header_fn)(void *ud, const char *name, size_t nlen, const cha
 void http_each_header(const struct http_call *c, http_header_fn fn, void *ud);
 /* The URL the answer came from (curl's effective URL). */
 const char *http_url(const struct http_call *c);
-/* Short machine-readable kind of a transport failure: connect, dns, timeout, tls, transfer. */
-const char *http_failure_kind(CURLcode result);
+/* Short machine-readable kind of a failed call: connect, dns, timeout, tls, too_large (the
+ * answer passed max_answer), transfer. */
+const char *http_failure_kind(const struct http_call *c);
 /* For bindings building a request from Lua: appends a "Name: value" line to *list. Raises on
  * a line break (it would smuggle a header of its own) and when out of memory. */
 void http_add_header(lua_State *L, struct curl_slist **list, const char *line);

@@ -615,7 +615,7 @@ static int fail_http(lua_State *L, struct op *o)
 static int fail_transport(lua_State *L, struct op *o)
 {
     struct http_call *c = o->req->call;
-    const char *kind = http_failure_kind(c->result);
+    const char *kind = http_failure_kind(c);
     luaL_pushfail(L);
     push_attempts_note(L, o);
     if (c->result == CURLE_OPERATION_TIMEDOUT)

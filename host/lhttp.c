@@ -1,12 +1,13 @@
 /* lhttp.c — rlm.core.http, plain HTTP for Lua on the request engine (request.h):
- *   start{url=, method=, headers=, body=, timeout=, connect_timeout=, stream=, retries=}
- *       -> transfer; timeout (seconds, 0 = none) bounds the whole transfer, retries included;
- *       retries (default 0) follow the engine's one policy (request.h)
+ *   start{url=, method=, headers=, body=, timeout=, connect_timeout=, stream=, retries=,
+ *         max_bytes=} -> transfer; timeout (seconds, 0 = none) bounds the whole transfer,
+ *       retries included; retries (default 0) follow the engine's one policy (request.h);
+ *       max_bytes (default 64 MiB) caps the answer's body, streamed or kept
  *   transfer:id()      op id, ready when the transfer ends (and, with stream, on new data)
  *   transfer:done()    true once finished
  *   transfer:take()    body bytes received since the last take (stream mode)
  *   transfer:result()  {status, headers, body, url, seconds, new_connections} | nil, err
- *                      (fail.h; kind: connect, dns, timeout, tls, transfer)
+ *                      (fail.h; kind: connect, dns, timeout, tls, too_large, transfer)
  *   transfer:cancel()  stops it; also __gc and __close
  * Waiting is lua/rlm/http.lua's job, through lua/rlm/async.lua. */
 #include <ctype.h>
@@ -20,6 +21,7 @@
 #include "request.h"
 
 #define TRANSFER "rlm.http.transfer"
+#define DEFAULT_MAX_BYTES (64.0 * 1024 * 1024)
 
 struct transfer {
     struct request *req;
@@ -109,6 +111,10 @@ static int l_start(lua_State *L)
     req->body = field_string(L, 1, "body", NULL, &req->body_len);
     double timeout = field_number(L, 1, "timeout", 120);
     req->connect_timeout_ms = (long)(field_number(L, 1, "connect_timeout", 10) * 1e3);
+    double max_bytes = field_number(L, 1, "max_bytes", DEFAULT_MAX_BYTES);
+    if (max_bytes < 1 || max_bytes > 1e15)
+        return luaL_error(L, "request 'max_bytes' must be a positive byte count");
+    req->max_answer = (size_t)max_bytes;
     spec.max_attempts = 1 + (int)field_number(L, 1, "retries", 0);
     lua_getfield(L, 1, "stream");
     t->stream = lua_toboolean(L, -1);
@@ -180,7 +186,7 @@ static int t_result(lua_State *L)
     struct http_call *c = t->req->call;
     if (c->result != CURLE_OK) {
         lua_pushstring(L, http_failure_message(c));
-        return fail_return(L, http_failure_kind(c->result), 0, -1);
+        return fail_return(L, http_failure_kind(c), 0, -1);
     }
     lua_createtable(L, 0, 6);
     lua_pushinteger(L, c->status);

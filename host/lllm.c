@@ -417,6 +417,15 @@ static void anthropic_messages(struct body *b, int req, int msgs, int prompt)
     lua_settop(L, out - 1);
 }
 
+/* The most bytes an answer to max_tokens can take, streamed or whole: a stream sends an event
+ * of JSON per token or so, and escapes grow text. Past it a server is sending without end. */
+static size_t answer_cap(lua_Integer max_tokens)
+{
+    if (max_tokens <= 0)
+        return (size_t)32 << 20;
+    return ((size_t)1 << 20) + (size_t)max_tokens * 256;
+}
+
 /* req.max_tokens, or -1 when unset. */
 static lua_Integer max_tokens_of(lua_State *L, int req)
 {
@@ -580,7 +589,7 @@ static void call_begin(lua_State *L, struct call *k, int req)
     double timeout = field_number(L, req, "timeout", FIELD_NEEDED);
     k->timeout_s = timeout > 0 ? timeout : 0.001;
     struct request_spec spec = {
-        .http = {.method = "POST", .url = k->url},
+        .http = {.method = "POST", .url = k->url, .max_answer = answer_cap(max_tokens_of(L, req))},
         .max_attempts = 1 + (int)field_number(L, req, "retries", FIELD_NEEDED),
         .backoff_base_ms = field_number(L, req, "backoff", FIELD_NEEDED) * 1e3,
         .backoff_cap_ms = BACKOFF_CAP_MS,
@@ -962,9 +971,14 @@ static int fail_transport(lua_State *L, struct call *k)
                         (int)k->text.len, http_failure_message(c));
         return push_failure(L, k, "cut", c->status);
     }
-    lua_pushfstring(L, "cannot reach %s (%s): %s", k->url, http_failure_kind(r),
+    if (c->too_large) {
+        lua_pushfstring(L, "%s, more than its max_tokens can need (an endless or broken answer)",
+                        http_failure_message(c));
+        return push_failure(L, k, "too_large", c->status);
+    }
+    lua_pushfstring(L, "cannot reach %s (%s): %s", k->url, http_failure_kind(c),
                     http_failure_message(c));
-    return push_failure(L, k, http_failure_kind(r), 0);
+    return push_failure(L, k, http_failure_kind(c), 0);
 }
 
 static int push_success(lua_State *L, struct call *k)

@@ -108,7 +108,7 @@ START_TEST(refused_connections_are_reported_as_connect_failures)
     struct http_call *c = http_start(loop_get(L), &req, NULL, NULL, NULL);
     wait_call(c);
     ck_assert_int_ne(c->result, CURLE_OK);
-    ck_assert_str_eq(http_failure_kind(c->result), "connect");
+    ck_assert_str_eq(http_failure_kind(c), "connect");
     ck_assert_ptr_nonnull(strstr(http_failure_message(c), "127.0.0.1"));
     http_free(c);
 }

@@ -3,7 +3,8 @@
 --   local http = require "rlm.http"
 --   local res, err = http.request{url = "http://127.0.0.1:8080/x", method = "POST",
 --                                 headers = {["content-type"] = "application/json"},
---                                 body = "{}", timeout = 30, retries = 0}
+--                                 body = "{}", timeout = 30, retries = 0,
+--                                 max_bytes = 64 << 20}  -- the default cap on the answer
 --   -- res = {status, headers (lower-case names), body, url, seconds, new_connections}
 --   -- a transport failure (refused, DNS, TLS, timeout) gives nil, err with err =
 --   -- {kind, message} (the host's one error shape; tostring(err) is the message)
