@@ -364,14 +364,18 @@ local function interrupted_batch(sig, seen)
 end
 
 tests["SIGINT or SIGTERM during a batch ends the run at once, with nothing more sent"] = function()
-  -- early in the batch (one sub-call sent), and with all 8 sub-calls in flight
+  -- early in the batch (one sub-call seen), and with all 8 sub-calls in flight
   for _, case in ipairs{{"INT", 2, 2}, {"INT", 2, 9}, {"TERM", 15, 9}} do
     local r = interrupted_batch(case[2], case[3])
     local what = ("SIG%s after %d requests"):format(case[1], case[3])
     T.eq({r.how, r.code}, {"exit", 128 + case[2]}, what .. ": " .. r.stderr)
     -- the sub-calls answer after 30 s: an exit that waited for them would take that long
     T.truthy(r.took < 10, ("%s: exit took %.2f s"):format(what, r.took))
-    T.eq(r.after, r.sent, what .. ": no request after the signal")
+    -- Requests of the first batch may still be on their way when the signal lands (all 8 go
+    -- out at once); nothing after it may start: the second batch never reaches the server.
+    T.truthy(r.after >= r.sent and r.after <= 9,
+             ("%s: %d requests in all, the root call's and the first batch's at most"):format(
+               what, r.after))
     T.eq(r.stdout, "", what .. ": no answer printed")
     T.eq(sys.list_dir(r.tmp), {}, what .. ": no sandbox left")
   end
