@@ -329,28 +329,31 @@ local function run(creq, label, on_delta)
   return res, err
 end
 
--- Calls that stream to no one run as one batch in C, which wakes this task once a poll for all
--- that finished in it: no task or call object per request. Returns results and errors by
--- request, and what was raised (an interrupt) when the batch stopped before its end: the
--- calls that finished by then are in the two lists.
-local function run_batch(creqs, concurrency)
-  local b <close> = core.batch(creqs, concurrency)
-  local id = b:id()
-  local ok, raised = pcall(function()
-    while not b:step() do async.await(id) end
-  end)
-  async.forget(id)
-  local results, errs = b:results()
-  return results, errs, not ok and raised or nil
+-- The error of a request that was never sent: what was raised, without its position.
+local function unsent(err)
+  return {kind = "misuse", message = (tostring(err):gsub("^[^:]*:%d+: ", ""))}
 end
 
--- Each request as a task of its own, for batches with a request that streams to on_delta;
--- returns what run_batch returns. What a task raised (a request refused, an on_delta that
--- failed) is that request's error.
+local function misuse(err)
+  return async.failure(unsent(err))
+end
+
+-- A batch: each request a task (async.map's workers, at most `concurrency` in flight), each
+-- over its own call from the C request start. Returns results and errors by request, and what
+-- was raised (an interrupt) when the batch stopped before its end: the calls that finished by
+-- then are in the two lists, and the calls still running are cancelled. A request C refuses
+-- fails its slot (kind "misuse"); what on_delta raised is that request's error (kind "lua").
+-- After SIGINT/SIGTERM C starts no call, and the batch raises the interrupt.
 local function run_tasks(creqs, concurrency)
-  local results, errs = {}, {}
+  local results, errs, live = {}, {}, {}
   local ok, slots = pcall(async.map, creqs, function(p, n)
-    local call <close> = core.start(p)
+    local started, call = pcall(core.start, p)
+    if not started then
+      errs[n] = unsent(call)
+      return
+    end
+    local _ <close> = call
+    live[n] = call
     local id, on_delta = call:id(), p.on_delta
     repeat
       async.await(id)
@@ -358,9 +361,13 @@ local function run_tasks(creqs, concurrency)
       if on_delta and #text > 0 then on_delta(text) end
     until call:done()
     async.forget(id)
+    live[n] = nil
     results[n], errs[n] = call:result()
   end, concurrency)
+  for _, call in pairs(live) do call:cancel() end
   if not ok then return results, errs, slots end
+  local calm, raised = pcall(async.check_interrupt)
+  if not calm then return results, errs, raised end
   for n, s in ipairs(slots) do
     if not s.ok then
       errs[n] = {kind = s.kind, message = s.error, status = s.status,
@@ -384,15 +391,11 @@ local function batch_concurrency(opts, level)
   return math.floor(math.max(1, math.min(concurrency, 1 << 30)))
 end
 
-local function misuse(err)
-  return async.failure{kind = "misuse", message = tostring(err):gsub("^[^:]*:%d+: ", "")}
-end
-
--- Runs the prepared requests creqs (streams: one of them has an on_delta) and puts each
--- result, or failed item, into out at its slot; the usage is counted once per label. When the
--- batch is stopped (an interrupt), the calls that finished are counted and it raises again.
-local function run_prepared(creqs, slots, out, streams, concurrency)
-  local results, errs, raised = (streams and run_tasks or run_batch)(creqs, concurrency)
+-- Runs the prepared requests creqs and puts each result, or failed item, into out at its
+-- slot; the usage is counted once per label. When the batch is stopped (an interrupt), the
+-- calls that finished are counted and it raises again.
+local function run_prepared(creqs, slots, out, concurrency)
+  local results, errs, raised = run_tasks(creqs, concurrency)
   local prices, sums = {}, {}   -- by label, each looked up or made once (price false: none)
   for n, i in ipairs(slots) do
     local creq, res, err = creqs[n], results[n], errs[n]
@@ -419,19 +422,18 @@ end
 function M.batch(reqs, opts)
   if type(reqs) ~= "table" then error("llm.batch takes a list of requests", 2) end
   local concurrency = batch_concurrency(opts, 2)
-  local out, creqs, slots, endpoints, streams = {}, {}, {}, {}, false
+  local out, creqs, slots, endpoints = {}, {}, {}, {}
   for i, req in ipairs(reqs) do
     local ok, creq, _, on_delta = pcall(prepare_in_batch, endpoints, req)
     if ok then
       creq.on_delta = on_delta   -- beside the fields C reads, which ignores it
-      streams = streams or on_delta ~= nil
       local n = #creqs + 1
       creqs[n], slots[n] = creq, i
     else
       out[i] = misuse(creq)
     end
   end
-  return run_prepared(creqs, slots, out, streams, concurrency)
+  return run_prepared(creqs, slots, out, concurrency)
 end
 
 --- The same request once for each prompt, as one batch (what a sandbox's llm_query_batched
@@ -453,7 +455,7 @@ function M.batch_prompts(req, prompts, opts)
   for i, prompt in ipairs(prompts) do
     creqs[i], slots[i] = setmetatable({prompt = prompt, max_tokens = caps and caps[i]}, shared), i
   end
-  return run_prepared(creqs, slots, out, on_delta ~= nil, concurrency)
+  return run_prepared(creqs, slots, out, concurrency)
 end
 
 return M
