@@ -25,6 +25,7 @@
 local core = require "rlm.core.llm"
 local async = require "rlm.async"
 local prices = require "rlm.prices"
+local secrets = require "rlm.secrets"
 
 local M = {}
 
@@ -34,32 +35,8 @@ M.retries = 5
 M.backoff = 0.5          -- seconds before the first retry; doubles each time (with jitter)
 M.max_tokens = 4096      -- sent only where the wire format requires a limit (Anthropic)
 
---- Providers: wire format, base URL (and the variable that overrides it), key variable.
--- key_optional: servers that need no key (a key from the variable or api_key is still sent).
--- path: appended to the base URL (default: the wire's usual path). headers, extra: added to
--- every request's headers and JSON body.
-M.providers = {
-  openai = {wire = "openai", base_url = "https://api.openai.com/v1",
-            base_url_env = "OPENAI_BASE_URL", key_env = "OPENAI_API_KEY",
-            max_tokens_field = "max_completion_tokens"},
-  anthropic = {wire = "anthropic", base_url = "https://api.anthropic.com",
-               base_url_env = "ANTHROPIC_BASE_URL", key_env = "ANTHROPIC_API_KEY"},
-  ["local"] = {wire = "openai", base_url = "http://127.0.0.1:8000/v1",
-               base_url_env = "RLM_LOCAL_BASE_URL", key_env = "RLM_LOCAL_API_KEY",
-               key_optional = true},
-  ollama = {wire = "openai", base_url = "http://127.0.0.1:11434/v1",
-            base_url_env = "OLLAMA_BASE_URL", key_optional = true},
-  openrouter = {wire = "openai", base_url = "https://openrouter.ai/api/v1",
-                base_url_env = "OPENROUTER_BASE_URL", key_env = "OPENROUTER_API_KEY"},
-  groq = {wire = "openai", base_url = "https://api.groq.com/openai/v1",
-          base_url_env = "GROQ_BASE_URL", key_env = "GROQ_API_KEY"},
-  deepseek = {wire = "openai", base_url = "https://api.deepseek.com/v1",
-              base_url_env = "DEEPSEEK_BASE_URL", key_env = "DEEPSEEK_API_KEY"},
-  mistral = {wire = "openai", base_url = "https://api.mistral.ai/v1",
-             base_url_env = "MISTRAL_BASE_URL", key_env = "MISTRAL_API_KEY"},
-  together_ai = {wire = "openai", base_url = "https://api.together.xyz/v1",
-                 base_url_env = "TOGETHER_BASE_URL", key_env = "TOGETHER_API_KEY"},
-}
+--- Providers by name (rlm.providers: wire, base URL, key variable, ...); add your own here.
+M.providers = require "rlm.providers"
 
 local WIRE_PATHS = {openai = "/chat/completions", anthropic = "/v1/messages"}
 
@@ -110,7 +87,7 @@ local function endpoint(req, level)
   local label = provider .. "/" .. name
   local key = req.api_key or env(entry.key_env)
   if key == "" then key = nil end
-  if req.api_key then require("rlm.trace").remember(req.api_key) end
+  if req.api_key then secrets.remember(req.api_key) end
   if key == nil and not entry.key_optional then
     error(("%s needs an API key: set %s (or pass api_key)"):format(label,
       entry.key_env or "the provider's key variable"), level)

@@ -930,16 +930,29 @@ local function from_recording(opts, path, only)
   return o
 end
 
+-- Whether a name is an interpreter option: of the run's backend, else (a name that is not
+-- the run's own) of any backend. Only the run's backend is loaded for the names a run takes,
+-- so a local run loads no other backend's client.
+local function interpreter_option_check(opts)
+  local interpreter = require "rlm.interpreter"
+  local chosen = option(opts, "backend") or interpreter.defaults.backend
+  return function(k)
+    return interpreter.accepts(k, chosen)
+      or not (RUN_OPTIONS[k] or M.defaults[k] ~= nil) and interpreter.accepts(k)
+  end
+end
+
 -- The interpreter options among opts (env, network, volume_name, snapshot, daytona = {...}
 -- and the rest), with the run's own settings and its call handler.
 local function interpreter_options(self, opts)
   local interpreter = require "rlm.interpreter"
+  local accepts = interpreter_option_check(opts)
   local out = {}
   -- opts may be a child's view of its parent's (an __index chain): every level counts
   local level = opts
   while type(level) == "table" do
     for k in pairs(level) do
-      if type(k) == "string" and out[k] == nil and not NOT_PASSED[k] and interpreter.accepts(k) then
+      if type(k) == "string" and out[k] == nil and not NOT_PASSED[k] and accepts(k) then
         out[k] = opts[k]
       end
     end
@@ -955,12 +968,13 @@ end
 -- Checks rlm.run's options: an unknown name (a typo) or a value of the wrong kind is misuse.
 local function check_options(opts)
   local interpreter = require "rlm.interpreter"
+  local accepts = interpreter_option_check(opts)
   local names = {}
   for k in pairs(RUN_OPTIONS) do names[#names + 1] = k end
   for k in pairs(M.defaults) do names[#names + 1] = k end
   for k in pairs(interpreter.options) do names[#names + 1] = k end
   for k in pairs(opts) do
-    if type(k) ~= "string" or not (RUN_OPTIONS[k] or M.defaults[k] ~= nil or interpreter.accepts(k)) then
+    if type(k) ~= "string" or not (RUN_OPTIONS[k] or M.defaults[k] ~= nil or accepts(k)) then
       error(require("rlm.args").unknown("rlm.run option", k, names), 0)
     end
   end
