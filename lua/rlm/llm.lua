@@ -24,7 +24,7 @@
 -- in C (host/lllm.c); keys go from here straight into C and never into results or messages.
 local core = require "rlm.core.llm"
 local async = require "rlm.async"
-local prices = require "rlm.prices"
+local budget = require "rlm.budget"
 local secrets = require "rlm.secrets"
 
 local M = {}
@@ -154,27 +154,14 @@ end
 local totals
 
 function M.reset_usage()
-  totals = {calls = 0, errors = 0, input_tokens = 0, output_tokens = 0, cost = 0, unpriced = 0,
-            models = {}}
+  totals = budget.new_sum()
+  totals.models = {}
 end
 M.reset_usage()
 
--- The entry for a "provider/model" label: the exact key, else the longest key that prefixes it
--- (dated model versions such as claude-sonnet-4-5-20250929).
-local function by_label(tbl, label)
-  if tbl[label] then return tbl[label] end
-  local best
-  for key in pairs(tbl) do
-    if label:sub(1, #key) == key and (best == nil or #key > #best) then best = key end
-  end
-  return best and tbl[best]
-end
-
 --- The price entry {input =, output =} (USD per million tokens) for a "provider/model" label;
--- `extra` (a table of the same shape) is looked in first.
-function M.price(label, extra)
-  return extra and by_label(extra, label) or by_label(prices, label)
-end
+-- `extra` (a table of the same shape) is looked in first. (rlm.budget keeps prices and usage.)
+M.price = budget.price
 
 --- Context windows in tokens (prompt and output together), by "provider/model"; a sub-call's
 -- prompt is checked against them before it is sent. Add or correct entries here or per run.
@@ -187,7 +174,7 @@ M.context_windows = {
 
 --- The context window of a label (`extra` first), or nil when unknown.
 function M.context_window(label, extra)
-  return extra and by_label(extra, label) or by_label(M.context_windows, label)
+  return extra and budget.lookup(extra, label) or budget.lookup(M.context_windows, label)
 end
 
 --- The "provider/model" label of a model string. Raises for an unknown provider.
@@ -196,47 +183,14 @@ function M.label(model)
   return provider .. "/" .. name
 end
 
---- Reads a prices file: a JSON object {"provider/model": {"input": USD, "output": USD}} (per
--- million tokens). Raises with the file and entry at fault.
-function M.load_prices(path)
-  local f, err = io.open(path, "rb")
-  if not f then error("cannot read the prices file: " .. tostring(err), 0) end
-  local text = f:read("a")
-  f:close()
-  local ok, t = pcall(require("rlm.json").decode, text)
-  if not ok or type(t) ~= "table" then
-    error(("the prices file %s is not a JSON object"):format(path), 0)
-  end
-  return M.check_prices(t, "the prices file " .. path)
-end
-
---- t when every entry is {input = USD, output = USD} (per million tokens, >= 0); else raises
--- naming `where` and the entry at fault.
-function M.check_prices(t, where)
-  for label, p in pairs(t) do
-    if type(p) ~= "table" or type(p.input) ~= "number" or type(p.output) ~= "number"
-        or p.input < 0 or p.output < 0 then
-      error(("%s: %s needs {input = USD, output = USD} per million tokens"):format(
-        where, tostring(label)), 0)
-    end
-  end
-  return t
-end
+--- Reads and checks prices files and tables (rlm.budget's).
+M.load_prices, M.check_prices = budget.load_prices, budget.check_prices
 
 --- Cost in USD of usage for model (a model string; nil: RLM_MODEL); second result false when
 -- the model has no price.
-local function priced_cost(p, usage)
-  if not p or not usage then return 0, p ~= nil end
-  return ((usage.input_tokens or 0) * p.input + (usage.output_tokens or 0) * p.output) / 1e6, true
-end
-
 function M.cost(model, usage)
   local ok, _, provider, name = pcall(M.resolve, model)
-  return priced_cost(ok and M.price(provider .. "/" .. name) or (model and M.price(model)), usage)
-end
-
-local function new_sum()
-  return {calls = 0, errors = 0, input_tokens = 0, output_tokens = 0, cost = 0, unpriced = 0}
+  return budget.cost(ok and M.price(provider .. "/" .. name) or (model and M.price(model)), usage)
 end
 
 -- Kinds of failure that mean no call was made, or none is known to have been: a request
@@ -251,26 +205,9 @@ local function tally(sum, creq, res, price, err)
     return
   end
   if res.model == "" then res.model = creq.model end
-  local usage = res.usage
-  local i, o = usage.input_tokens, usage.output_tokens
-  local cost = priced_cost(price or nil, usage)
+  local cost = budget.cost(price or nil, res.usage)
   res.cost = cost
-  sum.calls, sum.input_tokens, sum.output_tokens = sum.calls + 1, sum.input_tokens + i,
-    sum.output_tokens + o
-  sum.cost = sum.cost + cost
-  if not price then sum.unpriced = sum.unpriced + 1 end
-end
-
--- Adds what calls to label used (a sum) to the totals, once for a whole batch.
-local function account(label, sum)
-  local m = totals.models[label]
-  if m == nil then
-    m = new_sum()
-    totals.models[label] = m
-  end
-  for k, v in pairs(sum) do
-    totals[k], m[k] = totals[k] + v, m[k] + v
-  end
+  budget.add_call(sum, res.usage, cost, price)
 end
 
 local function copy(t)
@@ -300,9 +237,9 @@ local function run(creq, label, on_delta)
   until call:done()
   async.forget(id)
   local res, err = call:result()
-  local sum = new_sum()
+  local sum = budget.new_sum()
   tally(sum, creq, res, M.price(label) or false, err)   -- label is resolved already
-  account(label, sum)
+  budget.add_sum(totals, label, sum)
   return res, err
 end
 
@@ -380,14 +317,14 @@ local function run_prepared(creqs, slots, out, concurrency)
       local label = creq.name
       local price, sum = prices[label], sums[label]
       if price == nil then
-        price, sum = M.price(label) or false, new_sum()
+        price, sum = M.price(label) or false, budget.new_sum()
         prices[label], sums[label] = price, sum
       end
       tally(sum, creq, res, price, err)
       out[i] = res or async.failure(err)
     end
   end
-  for label, sum in pairs(sums) do account(label, sum) end
+  for label, sum in pairs(sums) do budget.add_sum(totals, label, sum) end
   if raised ~= nil then error(raised, 0) end
   return out
 end

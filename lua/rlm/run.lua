@@ -191,7 +191,7 @@ function Run:time_left(final)
 end
 
 function Run:price(label)
-  return llm.price(label, self.prices)
+  return budget_mod.price(label, self.prices)
 end
 
 -- The cost in USD of usage on label, from the run's prices (0 when unpriced). price: the label's
@@ -199,8 +199,7 @@ end
 function Run:cost_of(label, usage, price)
   local p = price
   if p == nil then p = self:price(label) end
-  local u = usage or {}
-  return p and ((u.input_tokens or 0) * p.input + (u.output_tokens or 0) * p.output) / 1e6 or 0
+  return (budget_mod.cost(p or nil, usage))
 end
 
 -- Settles a reserved call with what it used.
@@ -794,9 +793,9 @@ local function run_prices(opts)
   local file = opts.prices_file or sys.getenv("RLM_PRICES")
   local t = {}
   if file and file ~= "" then
-    for k, v in pairs(llm.load_prices(file)) do t[k] = v end
+    for k, v in pairs(budget_mod.load_prices(file)) do t[k] = v end
   end
-  for k, v in pairs(llm.check_prices(opts.prices or {}, "prices")) do t[k] = v end
+  for k, v in pairs(budget_mod.check_prices(opts.prices or {}, "prices")) do t[k] = v end
   return t
 end
 
