@@ -4,8 +4,6 @@ local T = require "support"
 local F = require "rlm_fixtures"
 local sys = require "rlm.sys"
 
-local tests = {}
-
 -- The rlm modules each lua/rlm file requires by name, in its code (comments and the text of
 -- strings left out): rlm.core.* are C bindings, which require no Lua module.
 local function require_graph()
@@ -51,6 +49,8 @@ local function cycles(graph)
   for _, m in ipairs(names) do visit(m) end
   return found
 end
+
+local tests = {}
 
 tests["no require cycle among the lua/rlm modules, eager or lazy"] = function()
   local graph, files = require_graph()

@@ -6,7 +6,7 @@ local json = require "rlm.json"
 local llm = require "rlm.llm"
 local parse = require "rlm.parse"
 
-local Run, prompt_chars = common.Run, common.prompt_chars
+local Run = common.Run
 
 -- The work so far, newest turns first kept, within chars.
 function Run:trajectory_text(chars)
@@ -56,7 +56,7 @@ end
 
 -- The size of a request in tokens, estimated high.
 function Run:request_tokens(messages)
-  return budget_mod.estimate_tokens(prompt_chars{system = self.system, messages = messages})
+  return budget_mod.estimate_tokens(common.prompt_chars{system = self.system, messages = messages})
 end
 
 -- Older turns summarised into the first message by the model (the sandbox keeps its state);
