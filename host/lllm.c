@@ -13,15 +13,6 @@
  *                        attempts} | nil, err (fail.h: kind, status, message, retry_after,
  *                        and attempts)
  *   call:cancel()       stops it; also __gc and __close
- *   batch(requests, concurrency) -> batch   the requests (tables as start takes, without
- *                       streaming to Lua) with at most `concurrency` calls in flight
- *   batch:id()          op id, ready when calls have finished since the last step
- *   batch:step()        keeps what finished, starts what comes next; true once all are done
- *                       (raises once cancelled, and after SIGINT/SIGTERM rather than start a call)
- *   batch:results()     results, errors: lists by request, one of the two for each request
- *                       finished so far (all, once step said true); a request that cannot be
- *                       sent at all fails with kind "misuse"
- *   batch:cancel()      stops the calls still running; also __gc and __close
  *
  * timeout is the deadline of the whole call in seconds, retries included; every attempt gets
  * what is left. Retry n waits backoff * 2^(n-1) seconds (capped at 16), scaled by a random
@@ -36,7 +27,6 @@
  *
  * Curl callbacks only split the stream into SSE events (sse.h) and queue them; JSON is decoded
  * with the host codec (json.h) when Lua asks, in take_deltas() and result(). */
-#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,14 +64,9 @@ struct wire {
     const char *const (*finish_words)[2];                        /* its stop reasons -> OpenAI's */
 };
 
-struct batch;
-
 struct call {
     loop *lp;
-    lua_Integer id;                 /* a batch's calls share the batch's */
-    struct batch *batch;            /* NULL: a call of its own (start) */
-    int slot;                       /* its place in the batch's slots */
-    int index;                      /* the request it runs, 0-based in the batch's list */
+    lua_Integer id;
     const struct wire *wire;
     struct request *req;
     struct curl_slist *headers;
@@ -117,7 +102,7 @@ static int queue_event(void *ud, const char *event, const char *data, size_t len
         return -1;
     if (k->wire->ends_stream(event, data, len))
         k->terminal = 1;
-    if (!k->notified && k->batch == NULL) {   /* a batch reads a stream only when it ends */
+    if (!k->notified) {
         k->notified = 1;
         loop_ready(k->lp, k->id);
     }
@@ -155,15 +140,10 @@ static void reset_response(void *ud)
     k->input_tokens = k->output_tokens = -1;
 }
 
-static void batch_finished(struct batch *b, int slot);
-
 static void request_done(void *ud, struct request *r)
 {
     struct call *k = ud;
-    if (k->batch)
-        batch_finished(k->batch, k->slot);
-    else
-        loop_ready(k->lp, k->id);
+    loop_ready(k->lp, k->id);
 }
 
 static void release(struct call *k)
@@ -571,7 +551,7 @@ static void refuse_after_interrupt(lua_State *L)
     }
 }
 
-/* Sends the request table at req as call k (zeroed, its lp, batch, slot and index set). Raises
+/* Sends the request table at req as call k (zeroed, its lp and id set). Raises
  * on misuse; what it took by then is k's to release. timeout, retries and backoff have their
  * defaults in lua/rlm/llm.lua, the policy. */
 static void call_begin(lua_State *L, struct call *k, int req)
@@ -1065,204 +1045,9 @@ static int call_tostring(lua_State *L)
     return 1;
 }
 
-/* ---------- batches: many calls, one wait per poll ---------- */
-
-/* A batch runs a list of requests with at most `slots` calls in flight, each finished call's
- * slot taking the next request. Its calls share its op id, made ready once per poll however
- * many finish in it, and finish into C: Lua makes no task, coroutine or call object per
- * request, and wakes to collect what finished and start what comes next (step). */
-struct batch {
-    loop *lp;
-    lua_Integer id;
-    struct call *calls;             /* nslots; a slot's url is NULL while it is idle */
-    int *finished;                  /* slots whose call finished, not yet taken */
-    int nslots, nfinished, signalled;
-    int n, next, taken;             /* requests: in all, the next to start, with a result */
-    int starting;                   /* a request is being read: Lua runs (its __index) */
-    int cancelled;
-};
-
-#define BATCH "rlm.llm.batch"
-
-/* Uservalues of a batch: the request list, and the results and errors by request. */
-enum { BATCH_REQUESTS = 1, BATCH_RESULTS, BATCH_ERRORS };
-
-static void batch_finished(struct batch *b, int slot)
-{
-    b->finished[b->nfinished++] = slot;   /* at most one entry a slot: it then waits for step */
-    if (!b->signalled) {
-        b->signalled = 1;
-        loop_ready(b->lp, b->id);
-    }
-}
-
-static struct batch *check_batch(lua_State *L, int arg)
-{
-    return luaL_checkudata(L, arg, BATCH);
-}
-
-/* Raises while one of b's requests is being read: Lua code a request runs (its __index) cannot
- * pull the slots from under it. */
-static void refuse_while_starting(lua_State *L, const struct batch *b)
-{
-    if (b->starting)
-        luaL_error(L, "the llm batch is starting a request; it cannot be stepped or cancelled "
-                      "from the request's own fields");
-}
-
-/* The batch at arg, to be stepped: not while it starts a request, not once cancelled. */
-static struct batch *check_idle_batch(lua_State *L, int arg)
-{
-    struct batch *b = check_batch(L, arg);
-    refuse_while_starting(L, b);
-    if (b->cancelled)
-        luaL_error(L, "the llm batch was cancelled");
-    return b;
-}
-
-/* Keeps the value at the top of the stack as request i's result or error (popped). */
-static void batch_keep(lua_State *L, int batch, int which, int i)
-{
-    lua_getiuservalue(L, batch, which);
-    lua_insert(L, -2);
-    lua_rawseti(L, -2, i + 1);
-    lua_pop(L, 1);
-}
-
-static int begin_in_batch(lua_State *L)
-{
-    call_begin(L, lua_touserdata(L, 1), 2);
-    return 0;
-}
-
-/* Starts the next requests in idle slot `slot` until one is running or none is left; a request
- * that cannot be sent (misuse, out of memory) gets its error at once, kind "misuse". Raises
- * after an interrupt, before any further call goes out: a signal that arrives while a request
- * is read stops the batch, it is not that request's error. */
-static void batch_fill(lua_State *L, int batch, struct batch *b, int slot)
-{
-    struct call *k = &b->calls[slot];
-    while (b->next < b->n) {
-        refuse_after_interrupt(L);
-        int i = b->next++;
-        memset(k, 0, sizeof *k);
-        k->lp = b->lp;
-        k->id = b->id;
-        k->batch = b;
-        k->slot = slot;
-        k->index = i;
-        lua_pushcfunction(L, begin_in_batch);
-        lua_pushlightuserdata(L, k);
-        lua_getiuservalue(L, batch, BATCH_REQUESTS);
-        lua_rawgeti(L, -1, i + 1);
-        lua_remove(L, -2);
-        b->starting = 1;
-        int status = lua_pcall(L, 2, 0, 0);
-        b->starting = 0;
-        if (status == LUA_OK)
-            return;
-        release(k);
-        if (host_signal != 0)
-            lua_error(L);   /* the interrupt (or what it cut short): the batch ends here */
-        if (!lua_isstring(L, -1))
-            lua_pushliteral(L, "the llm request could not be sent");
-        fail_push(L, "misuse", 0, -1);
-        batch_keep(L, batch, BATCH_ERRORS, i);
-        b->taken++;
-    }
-}
-
-/* core.batch(requests, concurrency) -> batch: starts the first calls. */
-static int l_batch(lua_State *L)
-{
-    luaL_checktype(L, 1, LUA_TTABLE);
-    lua_Integer concurrency = luaL_checkinteger(L, 2);
-    luaL_argcheck(L, concurrency >= 1, 2, "concurrency must be at least 1");
-    lua_Integer n = luaL_len(L, 1);
-    luaL_argcheck(L, n >= 0 && n < INT_MAX, 1, "too many requests");
-    struct batch *b = lua_newuserdatauv(L, sizeof *b, 3);
-    memset(b, 0, sizeof *b);
-    luaL_setmetatable(L, BATCH);
-    int batch = lua_gettop(L);
-    lua_pushvalue(L, 1);
-    lua_setiuservalue(L, batch, BATCH_REQUESTS);
-    lua_createtable(L, (int)n, 0);
-    lua_setiuservalue(L, batch, BATCH_RESULTS);
-    lua_newtable(L);
-    lua_setiuservalue(L, batch, BATCH_ERRORS);
-    b->lp = loop_get(L);
-    b->id = loop_new_id(b->lp);
-    b->n = (int)n;
-    int nslots = concurrency < n ? (int)concurrency : (int)n;
-    if (nslots > 0) {
-        b->calls = calloc((size_t)nslots, sizeof *b->calls);
-        b->finished = malloc((size_t)nslots * sizeof *b->finished);
-        if (b->calls == NULL || b->finished == NULL)
-            return luaL_error(L, "out of memory");
-    }
-    b->nslots = nslots;
-    for (int slot = 0; slot < b->nslots; slot++)
-        batch_fill(L, batch, b, slot);
-    return 1;
-}
-
-/* batch:step() -> true once every request has its result: keeps what finished since the last
- * step and starts the next requests in the slots that freed. */
-static int batch_step(lua_State *L)
-{
-    struct batch *b = check_idle_batch(L, 1);
-    lua_settop(L, 1);
-    b->signalled = 0;
-    while (b->nfinished > 0) {
-        int slot = b->finished[--b->nfinished];
-        struct call *k = &b->calls[slot];
-        int pushed = push_result(L, k);
-        batch_keep(L, 1, pushed == 1 ? BATCH_RESULTS : BATCH_ERRORS, k->index);
-        lua_settop(L, 1);
-        release(k);
-        b->taken++;
-        batch_fill(L, 1, b, slot);
-    }
-    lua_pushboolean(L, b->taken == b->n);
-    return 1;
-}
-
-/* batch:results() -> results, errors: by request, one of the two for each finished request. */
-static int batch_results(lua_State *L)
-{
-    check_batch(L, 1);
-    lua_getiuservalue(L, 1, BATCH_RESULTS);
-    lua_getiuservalue(L, 1, BATCH_ERRORS);
-    return 2;
-}
-
-static int batch_id(lua_State *L)
-{
-    lua_pushinteger(L, check_batch(L, 1)->id);
-    return 1;
-}
-
-/* Stops every call still running; also __gc and __close. Cancelling twice is no misuse;
- * cancelling from a request's own fields while the batch starts it is. */
-static int batch_cancel(lua_State *L)
-{
-    struct batch *b = check_batch(L, 1);
-    refuse_while_starting(L, b);
-    b->cancelled = 1;
-    for (int slot = 0; slot < b->nslots; slot++)
-        release(&b->calls[slot]);
-    free(b->calls);
-    free(b->finished);
-    b->calls = NULL;
-    b->finished = NULL;
-    b->nslots = b->nfinished = 0;
-    b->next = b->n;
-    return 0;
-}
-
 /* ---------- registration ---------- */
 
-static const luaL_Reg llm_funcs[] = {{"start", l_start}, {"batch", l_batch}, {NULL, NULL}};
+static const luaL_Reg llm_funcs[] = {{"start", l_start}, {NULL, NULL}};
 
 static const luaL_Reg call_methods[] = {
     {"id", call_id},         {"done", call_done},     {"take_deltas", call_take_deltas},
@@ -1274,19 +1059,11 @@ static const luaL_Reg call_metamethods[] = {{"__gc", call_gc},
                                             {"__index", NULL},
                                             {NULL, NULL}};
 
-static const luaL_Reg batch_methods[] = {
-    {"id", batch_id}, {"step", batch_step}, {"results", batch_results},
-    {"cancel", batch_cancel}, {NULL, NULL}};
-
-static const luaL_Reg batch_metamethods[] = {
-    {"__gc", batch_cancel}, {"__close", batch_cancel}, {"__index", NULL}, {NULL, NULL}};
-
 int luaopen_rlm_core_llm(lua_State *L)
 {
     netlib_curl(L);
     loop_get(L);
     host_newclass(L, CALL, call_metamethods, call_methods);
-    host_newclass(L, BATCH, batch_metamethods, batch_methods);
     luaL_newlib(L, llm_funcs);
     return 1;
 }

@@ -6,6 +6,10 @@
 -- and calls in flight can never add up past a limit. A child run gets a budget of its own whose
 -- parent is the caller's: it spends within its grant (if any) and within every ancestor's
 -- remainder, and each ancestor's totals include it. Limits that are nil are unlimited.
+--
+-- It is also the one place a call's cost is worked out from the price table and usage is added
+-- up: a budget's totals, rlm.llm's (llm.usage()) and the MCP server's all go through here.
+local prices = require "rlm.prices"
 local sys = require "rlm.sys"
 
 local M = {}
@@ -18,6 +22,105 @@ M.MIN_OUTPUT = 16
 function M.estimate_tokens(chars)
   return math.ceil(chars / 3) + 8
 end
+
+---------------------------------------------------------------------------------------------
+-- Prices and usage
+
+--- The entry of tbl for a "provider/model" label: the exact key, else the longest key that
+-- prefixes it (dated model versions such as claude-sonnet-4-5-20250929).
+function M.lookup(tbl, label)
+  if tbl[label] then return tbl[label] end
+  local best
+  for key in pairs(tbl) do
+    if label:sub(1, #key) == key and (best == nil or #key > #best) then best = key end
+  end
+  return best and tbl[best]
+end
+
+--- The price entry {input =, output =} (USD per million tokens) for a "provider/model" label;
+-- `extra` (a table of the same shape) is looked in first.
+function M.price(label, extra)
+  return extra and M.lookup(extra, label) or M.lookup(prices, label)
+end
+
+--- Cost in USD of usage ({input_tokens, output_tokens}) at price (nil: none, costs 0); second
+-- result false when there is no price.
+function M.cost(price, usage)
+  if not price or not usage then return 0, price ~= nil end
+  return ((usage.input_tokens or 0) * price.input + (usage.output_tokens or 0) * price.output)
+    / 1e6, true
+end
+
+--- t when every entry is {input = USD, output = USD} (per million tokens, >= 0); else raises
+-- naming `where` and the entry at fault.
+function M.check_prices(t, where)
+  for label, p in pairs(t) do
+    if type(p) ~= "table" or type(p.input) ~= "number" or type(p.output) ~= "number"
+        or p.input < 0 or p.output < 0 then
+      error(("%s: %s needs {input = USD, output = USD} per million tokens"):format(
+        where, tostring(label)), 0)
+    end
+  end
+  return t
+end
+
+--- Reads a prices file: a JSON object {"provider/model": {"input": USD, "output": USD}} (per
+-- million tokens). Raises with the file and entry at fault.
+function M.load_prices(path)
+  local f, err = io.open(path, "rb")
+  if not f then error("cannot read the prices file: " .. tostring(err), 0) end
+  local text = f:read("a")
+  f:close()
+  local ok, t = pcall(require("rlm.json").decode, text)
+  if not ok or type(t) ~= "table" then
+    error(("the prices file %s is not a JSON object"):format(path), 0)
+  end
+  return M.check_prices(t, "the prices file " .. path)
+end
+
+--- A sum of model calls: calls (answered), errors (sent, no answer), input_tokens,
+-- output_tokens, cost, unpriced (answered calls whose model has no price).
+function M.new_sum()
+  return {calls = 0, errors = 0, input_tokens = 0, output_tokens = 0, cost = 0, unpriced = 0}
+end
+
+--- Adds to sum a call that answered with usage, costing cost (priced false: no price).
+function M.add_call(sum, usage, cost, priced)
+  sum.calls, sum.input_tokens, sum.output_tokens = sum.calls + 1,
+    sum.input_tokens + usage.input_tokens, sum.output_tokens + usage.output_tokens
+  sum.cost = sum.cost + cost
+  if not priced then sum.unpriced = sum.unpriced + 1 end
+end
+
+--- Adds sum to totals (a sum with `models`) and to totals.models[label], made on first use.
+function M.add_sum(totals, label, sum)
+  local m = totals.models[label]
+  if m == nil then
+    m = M.new_sum()
+    totals.models[label] = m
+  end
+  for k, v in pairs(sum) do
+    totals[k], m[k] = totals[k] + v, m[k] + v
+  end
+end
+
+--- Adds a result's usage table (rlm.run's) to totals, for each name in keys.
+function M.add_usage(totals, usage, keys)
+  for _, k in ipairs(keys) do totals[k] = totals[k] + (tonumber(usage[k]) or 0) end
+end
+
+-- A budget's sum for model, made on first use.
+local function model_sum(b, model)
+  local m = b.by_model[model]
+  if m == nil then
+    m = {calls = 0, input_tokens = 0, output_tokens = 0, cost = 0}
+    b.by_model[model] = m
+  end
+  return m
+end
+
+---------------------------------------------------------------------------------------------
+-- Budgets
 
 local Budget = {}
 Budget.__index = Budget
@@ -221,10 +324,9 @@ function Budget:settle(ticket, model, usage, cost)
     b.input_tokens = b.input_tokens + i
     b.output_tokens = b.output_tokens + o
     b.cost = b.cost + cost
-    local m = b.by_model[model] or {calls = 0, input_tokens = 0, output_tokens = 0, cost = 0}
+    local m = model_sum(b, model)
     m.calls, m.input_tokens, m.output_tokens = m.calls + 1, m.input_tokens + i, m.output_tokens + o
     m.cost = m.cost + cost
-    b.by_model[model] = m
     b = b.parent
   end
 end
@@ -238,7 +340,7 @@ function Budget:settle_all(tickets, model, usages, costs)
   local b = self
   while b do
     local held = b.held
-    local m = b.by_model[model] or {calls = 0, input_tokens = 0, output_tokens = 0, cost = 0}
+    local m = model_sum(b, model)
     local h_calls, h_tokens, h_cost = held.calls, held.tokens, held.cost
     local llm_calls, failed, cost, m_cost = b.llm_calls, b.failed, b.cost, m.cost
     local i, o = 0, 0
@@ -259,7 +361,6 @@ function Budget:settle_all(tickets, model, usages, costs)
     b.input_tokens, b.output_tokens = b.input_tokens + i, b.output_tokens + o
     m.calls, m.input_tokens, m.output_tokens, m.cost = m.calls + n, m.input_tokens + i,
       m.output_tokens + o, m_cost
-    b.by_model[model] = m
     b = b.parent
   end
 end
@@ -275,10 +376,9 @@ function Budget:add_spent(usage, model)
     b.llm_calls = b.llm_calls + (tonumber(usage.llm_calls) or 0)
     b.input_tokens, b.output_tokens = b.input_tokens + i, b.output_tokens + o
     b.cost = b.cost + (tonumber(usage.cost) or 0)
-    local m = b.by_model[model] or {calls = 0, input_tokens = 0, output_tokens = 0, cost = 0}
+    local m = model_sum(b, model)
     m.input_tokens, m.output_tokens = m.input_tokens + i, m.output_tokens + o
     m.cost = m.cost + (tonumber(usage.cost) or 0)
-    b.by_model[model] = m
     b = b.parent
   end
 end

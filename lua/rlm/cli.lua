@@ -1,35 +1,14 @@
 --- The `rlm` command line. main(args) returns the exit status.
 local host = require "rlm.core.host"
 local flags = require "rlm.args"
+local commands_table = require "rlm.commands"
 
 local M = {}
 
-local USAGE = [[
-usage: rlm COMMAND [ARGS...]
-
-commands:
-  run FILE.lua [ARGS...]   run a Lua script (with an `arg` table, as `lua` does)
-  -e CODE                  run a chunk of Lua
-  ask "TASK"               run the RLM loop on a task (--context FILE, --model M, ...)
-  trace FILE.jsonl         summarise a trajectory, or render it (--html OUT.html)
-  replay FILE.jsonl        run a trajectory again on its recorded answers; report differences
-  bench TASK               the paper's evaluations with your key: accuracy, cost, spread
-  skill list|show|NAME     the bundled recipes (and yours, from RLM_SKILLS_PATH)
-  exec CODE|-              run one block of Python in a fresh sandbox (--backend, --volume, --json)
-  daytona-smoke            check a Daytona setup end to end, without any model (--repo URL)
-  sandboxes                list the Daytona sandboxes rlm made (--prune, --all: delete leftovers)
-  mcp [--http [HOST:]PORT] serve rlm's tools over MCP (stdio, or Streamable HTTP at /mcp)
-  mcp deploy [--name N]    the MCP server, always on, in a Daytona sandbox (--status, --stop, ...)
-  version                  print the version
-  help [COMMAND]           this text, or a command's help (--man: the manual page)
-
-Run `rlm COMMAND --help` for a command's options.
-Environment: RLM_LUA_PATH=DIR[:DIR] loads Lua modules from DIR before the embedded ones.]]
-
+local USAGE = commands_table.USAGE
 M.USAGE = USAGE
 
---- Exit codes, the same for every command (rlm.help's table).
-M.EXIT = {ok = 0, failed = 1, usage = 2, no_answer = 3}
+M.EXIT = commands_table.EXIT
 
 local function eprint(...)
   io.stderr:write(table.concat({...}, ""), "\n")
@@ -65,7 +44,6 @@ local commands = {}
 M.commands = commands
 
 commands.version = {
-  help = "usage: rlm version\n\nPrints the rlm version.",
   run = function()
     print("rlm " .. host.version .. " (" .. _VERSION .. ")")
     return 0
@@ -73,12 +51,6 @@ commands.version = {
 }
 
 commands.help = {
-  help = [[
-usage: rlm help [COMMAND | --man | --markdown]
-
-Prints the list of commands, or a command's help. --man prints the manual page (roff, installed
-as rlm.1) and --markdown the command-line reference (docs/cli.md); both come from the same help
-texts as this command.]],
   run = function(args)
     local name = args[1]
     if name == "--man" then
@@ -88,7 +60,7 @@ texts as this command.]],
     elseif name == "mcp" and args[2] == "deploy" then
       print(require("rlm.help").text("mcp deploy"))
     elseif name and commands[name] then
-      print(tostring(commands[name].help))
+      print(commands_table.help(name))
     elseif name then
       eprint("rlm: unknown command '", name, "'\n\n", USAGE)
       return 2
@@ -100,16 +72,10 @@ texts as this command.]],
 }
 
 commands.run = {
-  help = [[
-usage: rlm run FILE.lua [ARGS...]
-
-Runs a Lua 5.4 script. `arg[0]` is the script, `arg[1..]` its arguments, and `...` holds them
-too. `require` finds the rlm modules (rlm, rlm.http, rlm.json, rlm.sys, ...). An error prints
-one message with a traceback and exits 1; a script may return an integer exit status.]],
   run = function(args)
     local file = args[1]
     if not file then
-      eprint("rlm run: missing FILE.lua\n\n", commands.run.help)
+      eprint("rlm run: missing FILE.lua\n\n", commands_table.help("run"))
       return 2
     end
     -- "-" reads the script from stdin, as `lua -` does
@@ -132,7 +98,6 @@ one message with a traceback and exits 1; a script may return an integer exit st
 }
 
 commands["-e"] = {
-  help = "usage: rlm -e CODE\n\nRuns a chunk of Lua code.",
   run = function(args)
     local code = args[1]
     if not code then
@@ -151,30 +116,10 @@ commands["-e"] = {
   end,
 }
 
---- The help text of a command module, read only when asked for.
-local function require_help(module)
-  return setmetatable({}, {__tostring = function() return require(module).help end})
+-- The commands kept in modules of their own, loaded only when used.
+for name, module in pairs(commands_table.MODULES) do
+  commands[name] = {plain_errors = true, run = function(args) return require(module).main(args) end}
 end
-
---- Registers a command implemented in another module, loaded only when used.
-local function lazy(name, module, help)
-  commands[name] = {
-    help = help,
-    plain_errors = true,
-    run = function(args) return require(module).main(args) end,
-  }
-end
-M.lazy = lazy
-
-lazy("ask", "rlm.cmd.ask", require_help("rlm.cmd.ask"))
-lazy("trace", "rlm.cmd.trace", require_help("rlm.cmd.trace"))
-lazy("replay", "rlm.cmd.replay", require_help("rlm.cmd.replay"))
-lazy("bench", "rlm.cmd.bench", require_help("rlm.cmd.bench"))
-lazy("skill", "rlm.cmd.skill", require_help("rlm.cmd.skill"))
-lazy("mcp", "rlm.cmd.mcp", require_help("rlm.cmd.mcp"))
-lazy("exec", "rlm.cmd.exec", require_help("rlm.cmd.exec"))
-lazy("daytona-smoke", "rlm.cmd.daytona_smoke", require_help("rlm.cmd.daytona_smoke"))
-lazy("sandboxes", "rlm.cmd.sandboxes", require_help("rlm.cmd.sandboxes"))
 
 -- An error, an interrupt (`run` reports its script's as status 1), os.exit or a script that
 -- never shut its interpreters down may leave sandboxes behind: end them all, through the one
@@ -201,7 +146,7 @@ function M.main(argv)
   end
   local rest = table.move(argv, 2, #argv, 1, {})
   if (rest[1] == "--help" or rest[1] == "-h") and name ~= "-e" then
-    print(tostring(cmd.help))
+    print(commands_table.help(name))
     return 0
   end
   plain_errors = cmd.plain_errors or false

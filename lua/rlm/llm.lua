@@ -24,7 +24,8 @@
 -- in C (host/lllm.c); keys go from here straight into C and never into results or messages.
 local core = require "rlm.core.llm"
 local async = require "rlm.async"
-local prices = require "rlm.prices"
+local budget = require "rlm.budget"
+local secrets = require "rlm.secrets"
 
 local M = {}
 
@@ -34,32 +35,8 @@ M.retries = 5
 M.backoff = 0.5          -- seconds before the first retry; doubles each time (with jitter)
 M.max_tokens = 4096      -- sent only where the wire format requires a limit (Anthropic)
 
---- Providers: wire format, base URL (and the variable that overrides it), key variable.
--- key_optional: servers that need no key (a key from the variable or api_key is still sent).
--- path: appended to the base URL (default: the wire's usual path). headers, extra: added to
--- every request's headers and JSON body.
-M.providers = {
-  openai = {wire = "openai", base_url = "https://api.openai.com/v1",
-            base_url_env = "OPENAI_BASE_URL", key_env = "OPENAI_API_KEY",
-            max_tokens_field = "max_completion_tokens"},
-  anthropic = {wire = "anthropic", base_url = "https://api.anthropic.com",
-               base_url_env = "ANTHROPIC_BASE_URL", key_env = "ANTHROPIC_API_KEY"},
-  ["local"] = {wire = "openai", base_url = "http://127.0.0.1:8000/v1",
-               base_url_env = "RLM_LOCAL_BASE_URL", key_env = "RLM_LOCAL_API_KEY",
-               key_optional = true},
-  ollama = {wire = "openai", base_url = "http://127.0.0.1:11434/v1",
-            base_url_env = "OLLAMA_BASE_URL", key_optional = true},
-  openrouter = {wire = "openai", base_url = "https://openrouter.ai/api/v1",
-                base_url_env = "OPENROUTER_BASE_URL", key_env = "OPENROUTER_API_KEY"},
-  groq = {wire = "openai", base_url = "https://api.groq.com/openai/v1",
-          base_url_env = "GROQ_BASE_URL", key_env = "GROQ_API_KEY"},
-  deepseek = {wire = "openai", base_url = "https://api.deepseek.com/v1",
-              base_url_env = "DEEPSEEK_BASE_URL", key_env = "DEEPSEEK_API_KEY"},
-  mistral = {wire = "openai", base_url = "https://api.mistral.ai/v1",
-             base_url_env = "MISTRAL_BASE_URL", key_env = "MISTRAL_API_KEY"},
-  together_ai = {wire = "openai", base_url = "https://api.together.xyz/v1",
-                 base_url_env = "TOGETHER_BASE_URL", key_env = "TOGETHER_API_KEY"},
-}
+--- Providers by name (rlm.providers: wire, base URL, key variable, ...); add your own here.
+M.providers = require "rlm.providers"
 
 local WIRE_PATHS = {openai = "/chat/completions", anthropic = "/v1/messages"}
 
@@ -110,7 +87,7 @@ local function endpoint(req, level)
   local label = provider .. "/" .. name
   local key = req.api_key or env(entry.key_env)
   if key == "" then key = nil end
-  if req.api_key then require("rlm.trace").remember(req.api_key) end
+  if req.api_key then secrets.remember(req.api_key) end
   if key == nil and not entry.key_optional then
     error(("%s needs an API key: set %s (or pass api_key)"):format(label,
       entry.key_env or "the provider's key variable"), level)
@@ -177,27 +154,14 @@ end
 local totals
 
 function M.reset_usage()
-  totals = {calls = 0, errors = 0, input_tokens = 0, output_tokens = 0, cost = 0, unpriced = 0,
-            models = {}}
+  totals = budget.new_sum()
+  totals.models = {}
 end
 M.reset_usage()
 
--- The entry for a "provider/model" label: the exact key, else the longest key that prefixes it
--- (dated model versions such as claude-sonnet-4-5-20250929).
-local function by_label(tbl, label)
-  if tbl[label] then return tbl[label] end
-  local best
-  for key in pairs(tbl) do
-    if label:sub(1, #key) == key and (best == nil or #key > #best) then best = key end
-  end
-  return best and tbl[best]
-end
-
 --- The price entry {input =, output =} (USD per million tokens) for a "provider/model" label;
--- `extra` (a table of the same shape) is looked in first.
-function M.price(label, extra)
-  return extra and by_label(extra, label) or by_label(prices, label)
-end
+-- `extra` (a table of the same shape) is looked in first. (rlm.budget keeps prices and usage.)
+M.price = budget.price
 
 --- Context windows in tokens (prompt and output together), by "provider/model"; a sub-call's
 -- prompt is checked against them before it is sent. Add or correct entries here or per run.
@@ -210,7 +174,7 @@ M.context_windows = {
 
 --- The context window of a label (`extra` first), or nil when unknown.
 function M.context_window(label, extra)
-  return extra and by_label(extra, label) or by_label(M.context_windows, label)
+  return extra and budget.lookup(extra, label) or budget.lookup(M.context_windows, label)
 end
 
 --- The "provider/model" label of a model string. Raises for an unknown provider.
@@ -219,47 +183,14 @@ function M.label(model)
   return provider .. "/" .. name
 end
 
---- Reads a prices file: a JSON object {"provider/model": {"input": USD, "output": USD}} (per
--- million tokens). Raises with the file and entry at fault.
-function M.load_prices(path)
-  local f, err = io.open(path, "rb")
-  if not f then error("cannot read the prices file: " .. tostring(err), 0) end
-  local text = f:read("a")
-  f:close()
-  local ok, t = pcall(require("rlm.json").decode, text)
-  if not ok or type(t) ~= "table" then
-    error(("the prices file %s is not a JSON object"):format(path), 0)
-  end
-  return M.check_prices(t, "the prices file " .. path)
-end
-
---- t when every entry is {input = USD, output = USD} (per million tokens, >= 0); else raises
--- naming `where` and the entry at fault.
-function M.check_prices(t, where)
-  for label, p in pairs(t) do
-    if type(p) ~= "table" or type(p.input) ~= "number" or type(p.output) ~= "number"
-        or p.input < 0 or p.output < 0 then
-      error(("%s: %s needs {input = USD, output = USD} per million tokens"):format(
-        where, tostring(label)), 0)
-    end
-  end
-  return t
-end
+--- Reads and checks prices files and tables (rlm.budget's).
+M.load_prices, M.check_prices = budget.load_prices, budget.check_prices
 
 --- Cost in USD of usage for model (a model string; nil: RLM_MODEL); second result false when
 -- the model has no price.
-local function priced_cost(p, usage)
-  if not p or not usage then return 0, p ~= nil end
-  return ((usage.input_tokens or 0) * p.input + (usage.output_tokens or 0) * p.output) / 1e6, true
-end
-
 function M.cost(model, usage)
   local ok, _, provider, name = pcall(M.resolve, model)
-  return priced_cost(ok and M.price(provider .. "/" .. name) or (model and M.price(model)), usage)
-end
-
-local function new_sum()
-  return {calls = 0, errors = 0, input_tokens = 0, output_tokens = 0, cost = 0, unpriced = 0}
+  return budget.cost(ok and M.price(provider .. "/" .. name) or (model and M.price(model)), usage)
 end
 
 -- Kinds of failure that mean no call was made, or none is known to have been: a request
@@ -274,26 +205,9 @@ local function tally(sum, creq, res, price, err)
     return
   end
   if res.model == "" then res.model = creq.model end
-  local usage = res.usage
-  local i, o = usage.input_tokens, usage.output_tokens
-  local cost = priced_cost(price or nil, usage)
+  local cost = budget.cost(price or nil, res.usage)
   res.cost = cost
-  sum.calls, sum.input_tokens, sum.output_tokens = sum.calls + 1, sum.input_tokens + i,
-    sum.output_tokens + o
-  sum.cost = sum.cost + cost
-  if not price then sum.unpriced = sum.unpriced + 1 end
-end
-
--- Adds what calls to label used (a sum) to the totals, once for a whole batch.
-local function account(label, sum)
-  local m = totals.models[label]
-  if m == nil then
-    m = new_sum()
-    totals.models[label] = m
-  end
-  for k, v in pairs(sum) do
-    totals[k], m[k] = totals[k] + v, m[k] + v
-  end
+  budget.add_call(sum, res.usage, cost, price)
 end
 
 local function copy(t)
@@ -323,34 +237,37 @@ local function run(creq, label, on_delta)
   until call:done()
   async.forget(id)
   local res, err = call:result()
-  local sum = new_sum()
+  local sum = budget.new_sum()
   tally(sum, creq, res, M.price(label) or false, err)   -- label is resolved already
-  account(label, sum)
+  budget.add_sum(totals, label, sum)
   return res, err
 end
 
--- Calls that stream to no one run as one batch in C, which wakes this task once a poll for all
--- that finished in it: no task or call object per request. Returns results and errors by
--- request, and what was raised (an interrupt) when the batch stopped before its end: the
--- calls that finished by then are in the two lists.
-local function run_batch(creqs, concurrency)
-  local b <close> = core.batch(creqs, concurrency)
-  local id = b:id()
-  local ok, raised = pcall(function()
-    while not b:step() do async.await(id) end
-  end)
-  async.forget(id)
-  local results, errs = b:results()
-  return results, errs, not ok and raised or nil
+-- The error of a request that was never sent: what was raised, without its position.
+local function unsent(err)
+  return {kind = "misuse", message = (tostring(err):gsub("^[^:]*:%d+: ", ""))}
 end
 
--- Each request as a task of its own, for batches with a request that streams to on_delta;
--- returns what run_batch returns. What a task raised (a request refused, an on_delta that
--- failed) is that request's error.
+local function misuse(err)
+  return async.failure(unsent(err))
+end
+
+-- A batch: each request a task (async.map's workers, at most `concurrency` in flight), each
+-- over its own call from the C request start. Returns results and errors by request, and what
+-- was raised (an interrupt) when the batch stopped before its end: the calls that finished by
+-- then are in the two lists, and the calls still running are cancelled. A request C refuses
+-- fails its slot (kind "misuse"); what on_delta raised is that request's error (kind "lua").
+-- After SIGINT/SIGTERM C starts no call, and the batch raises the interrupt.
 local function run_tasks(creqs, concurrency)
-  local results, errs = {}, {}
+  local results, errs, live = {}, {}, {}
   local ok, slots = pcall(async.map, creqs, function(p, n)
-    local call <close> = core.start(p)
+    local started, call = pcall(core.start, p)
+    if not started then
+      errs[n] = unsent(call)
+      return
+    end
+    local _ <close> = call
+    live[n] = call
     local id, on_delta = call:id(), p.on_delta
     repeat
       async.await(id)
@@ -358,9 +275,13 @@ local function run_tasks(creqs, concurrency)
       if on_delta and #text > 0 then on_delta(text) end
     until call:done()
     async.forget(id)
+    live[n] = nil
     results[n], errs[n] = call:result()
   end, concurrency)
+  for _, call in pairs(live) do call:cancel() end
   if not ok then return results, errs, slots end
+  local calm, raised = pcall(async.check_interrupt)
+  if not calm then return results, errs, raised end
   for n, s in ipairs(slots) do
     if not s.ok then
       errs[n] = {kind = s.kind, message = s.error, status = s.status,
@@ -384,15 +305,11 @@ local function batch_concurrency(opts, level)
   return math.floor(math.max(1, math.min(concurrency, 1 << 30)))
 end
 
-local function misuse(err)
-  return async.failure{kind = "misuse", message = tostring(err):gsub("^[^:]*:%d+: ", "")}
-end
-
--- Runs the prepared requests creqs (streams: one of them has an on_delta) and puts each
--- result, or failed item, into out at its slot; the usage is counted once per label. When the
--- batch is stopped (an interrupt), the calls that finished are counted and it raises again.
-local function run_prepared(creqs, slots, out, streams, concurrency)
-  local results, errs, raised = (streams and run_tasks or run_batch)(creqs, concurrency)
+-- Runs the prepared requests creqs and puts each result, or failed item, into out at its
+-- slot; the usage is counted once per label. When the batch is stopped (an interrupt), the
+-- calls that finished are counted and it raises again.
+local function run_prepared(creqs, slots, out, concurrency)
+  local results, errs, raised = run_tasks(creqs, concurrency)
   local prices, sums = {}, {}   -- by label, each looked up or made once (price false: none)
   for n, i in ipairs(slots) do
     local creq, res, err = creqs[n], results[n], errs[n]
@@ -400,14 +317,14 @@ local function run_prepared(creqs, slots, out, streams, concurrency)
       local label = creq.name
       local price, sum = prices[label], sums[label]
       if price == nil then
-        price, sum = M.price(label) or false, new_sum()
+        price, sum = M.price(label) or false, budget.new_sum()
         prices[label], sums[label] = price, sum
       end
       tally(sum, creq, res, price, err)
       out[i] = res or async.failure(err)
     end
   end
-  for label, sum in pairs(sums) do account(label, sum) end
+  for label, sum in pairs(sums) do budget.add_sum(totals, label, sum) end
   if raised ~= nil then error(raised, 0) end
   return out
 end
@@ -419,19 +336,18 @@ end
 function M.batch(reqs, opts)
   if type(reqs) ~= "table" then error("llm.batch takes a list of requests", 2) end
   local concurrency = batch_concurrency(opts, 2)
-  local out, creqs, slots, endpoints, streams = {}, {}, {}, {}, false
+  local out, creqs, slots, endpoints = {}, {}, {}, {}
   for i, req in ipairs(reqs) do
     local ok, creq, _, on_delta = pcall(prepare_in_batch, endpoints, req)
     if ok then
       creq.on_delta = on_delta   -- beside the fields C reads, which ignores it
-      streams = streams or on_delta ~= nil
       local n = #creqs + 1
       creqs[n], slots[n] = creq, i
     else
       out[i] = misuse(creq)
     end
   end
-  return run_prepared(creqs, slots, out, streams, concurrency)
+  return run_prepared(creqs, slots, out, concurrency)
 end
 
 --- The same request once for each prompt, as one batch (what a sandbox's llm_query_batched
@@ -453,7 +369,7 @@ function M.batch_prompts(req, prompts, opts)
   for i, prompt in ipairs(prompts) do
     creqs[i], slots[i] = setmetatable({prompt = prompt, max_tokens = caps and caps[i]}, shared), i
   end
-  return run_prepared(creqs, slots, out, on_delta ~= nil, concurrency)
+  return run_prepared(creqs, slots, out, concurrency)
 end
 
 return M

@@ -2,46 +2,16 @@
 -- leaves the steps so far on disk. Secrets are scrubbed from every record.
 local json = require "rlm.json"
 local redact = require "rlm.core.redact"
+local secrets = require "rlm.secrets"
 local sys = require "rlm.sys"
 
 local M = {}
-
--- Environment variables whose values must never be written anywhere, besides every model
--- provider's key variable (read from rlm.llm's table, so a provider added there is covered).
-M.secret_vars = {"DAYTONA_API_KEY", "DAYTONA_JWT_TOKEN", "RLM_MCP_TOKEN"}
-
-local remembered = {}      -- keys given per call (api_key = ...), never in the environment
-
---- Treats value as a secret from now on (a key passed to a call rather than set in the
--- environment).
-function M.remember(value)
-  if type(value) == "string" and #value >= 8 then remembered[value] = true end
-end
-
-local function secret_names()
-  local names = {}
-  for _, n in ipairs(M.secret_vars) do names[#names + 1] = n end
-  for _, p in pairs(require("rlm.llm").providers) do
-    if p.key_env then names[#names + 1] = p.key_env end
-  end
-  return names
-end
-
-local function secrets()
-  local out = {}
-  for _, name in ipairs(secret_names()) do
-    local v = sys.getenv(name)
-    if v and #v >= 8 then out[#out + 1] = v end
-  end
-  for v in pairs(remembered) do out[#out + 1] = v end
-  return out
-end
 
 --- Replaces every known secret value in s with "[redacted]" (list: the secrets; nil, the known
 -- ones).
 function M.redact(s, list)
   if type(s) ~= "string" then return s end
-  return redact.text(s, list or secrets())
+  return redact.text(s, list or secrets.values())
 end
 
 local Writer = {}
@@ -64,7 +34,7 @@ function Writer:write(record)
   -- A copy, nested tables too: a record kept in memory must not change when the tables it was
   -- made from change later (a budget's live by_model, say). The secrets are read each time: a
   -- key may be given mid-run.
-  record = redact.copy(record, secrets())
+  record = redact.copy(record, secrets.values())
   record.t = record.t or sys.time()
   self.records[#self.records + 1] = record
   if self.file then

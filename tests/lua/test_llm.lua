@@ -599,7 +599,7 @@ tests["misuse raises before anything is sent"] = function()
   T.eq(s.stats().requests, 0)
 end
 
--- The C batch against what the per-task path did before it (8ab9565), and against misuse.
+-- Batches against misuse and interrupts.
 
 -- Runs a Lua script in a child rlm (`rlm run`), argv passed as its `...`; sh_prefix (optional)
 -- is shell run before it (a ulimit, say). Returns sys.run's result: code, stdout, stderr.
@@ -639,32 +639,40 @@ end
 
 tests["no model call goes out once a signal arrived while a batch starts its calls"] =
 function()
-  local s = standin()
+  local s = standin{script = {rules = {{match = "^SLOW", reply = "slow", latency_ms = 4000}}}}
   -- The first request reads as a table whose fields are looked up (as a proxy's would be); the
   -- lookup is where a SIGTERM happens to arrive. The two requests after it must not be sent.
-  local r = child_script([[
-local core = require "rlm.core.llm"
-local loop = require "rlm.core.loop"
+  -- Then a batch one at a time, interrupted while its second call runs: the third is not sent,
+  -- and neither it nor the cancelled call counts as a failed call.
+  local script = [[
+local llm = require "rlm.llm"
+local async = require "rlm.async"
 local sys = require "rlm.sys"
-local url, key = ...
-local function req(p)
-  return {wire = "openai", url = url .. "/v1/chat/completions", model = "gpt-4o", key = key,
-          prompt = p, timeout = 5, retries = 0, backoff = 0.1}
+local url, key, phase = ...
+local function req(p) return {model = "openai/gpt-4o", api_key = key, base_url = url .. "/v1", prompt = p} end
+local ok, err
+if phase == "start" then
+  local plain, killed = req("first"), false
+  local first = setmetatable({}, {__index = function(_, k)
+    if not killed then killed = true; sys.kill(sys.getpid(), "TERM") end
+    return plain[k]
+  end})
+  ok, err = pcall(llm.batch, {first, req("second"), req("third")}, {concurrency = 3})
+else
+  async.spawn(function() async.sleep(1.0); sys.kill(sys.getpid(), "TERM") end)
+  ok, err = pcall(llm.batch, {req("fast"), req("SLOW"), req("third")}, {concurrency = 1})
 end
-local plain, killed = req("first"), false
-local first = setmetatable({}, {__index = function(_, k)
-  if not killed then killed = true; sys.kill(sys.getpid(), "TERM") end
-  return plain[k]
-end})
-local ok, b = pcall(core.batch, {first, req("second"), req("third")}, 3)
-print("batch", ok, tostring(b))
-for _ = 1, 20 do pcall(loop.poll, 0.05) end
-if ok then
-  local stepped, done = pcall(b.step, b)
-  print("step", stepped, tostring(done))
-end
-]], {s.url, KEY})
+local u = llm.usage()
+print(("ok=%s calls=%d errors=%d"):format(tostring(ok), u.calls, u.errors), tostring(err))
+]]
+  local r = child_script(script, {s.url, KEY, "start"})
+  T.contains(r.stdout, "ok=false calls=0 errors=0", r.stderr)
+  T.contains(r.stdout, "interrupted (SIGTERM)", r.stderr)
   T.eq(s.stats().requests, 0, "requests sent after the signal; child said: " .. r.stdout .. r.stderr)
+  r = child_script(script, {s.url, KEY, "mid"})
+  T.contains(r.stdout, "ok=false calls=1 errors=0", r.stderr)
+  T.contains(r.stdout, "interrupted (SIGTERM)", r.stderr)
+  T.eq(s.stats().requests, 2, "the request after the interrupted one was sent: " .. r.stdout)
 end
 
 tests["calls that finished before an interrupt stay in llm.usage()"] = function()
@@ -692,39 +700,6 @@ print(("ok=%s calls=%d input_tokens=%d"):format(tostring(ok), u.calls, u.input_t
 ]], {s.url, KEY})
   T.contains(r.stdout, "ok=false", r.stderr)
   T.contains(r.stdout, "calls=1 ", "the finished call was dropped from llm.usage(): " .. r.stdout)
-end
-
-tests["a batch whose slots cannot be allocated raises, and its __gc does not crash"] =
-function()
-  -- 2,000,000 slots of ~1 KB each under a 1 GB address-space limit: calloc fails; l_batch
-  -- raises with nslots set and calls NULL, and the finaliser then walks the NULL array.
-  local r = child_script([[
-local core = require "rlm.core.llm"
-local n = 2000000
-local reqs = setmetatable({}, {__len = function() return n end})
-local ok, err = pcall(core.batch, reqs, n)
-print("batch", ok, tostring(err))
-collectgarbage()
-collectgarbage()
-print("survived")
-]], nil, "ulimit -v 1000000")
-  T.contains(r.stdout, "out of memory", r.stderr)
-  T.contains(r.stdout, "survived", ("the child died (code %s): %s"):format(tostring(r.code), r.stderr))
-  T.eq(r.code, 0)
-end
-
-tests["a cancelled batch reports done or raises; it never just stays running"] = function()
-  local s = standin{latency_ms = 300}
-  local core = require "rlm.core.llm"
-  local creq = {wire = "openai", url = s.url .. "/v1/chat/completions", model = "gpt-4o", key = KEY,
-                prompt = "x", timeout = 5, retries = 0, backoff = 0.1}
-  local b = core.batch({creq, creq}, 1)
-  b:cancel()
-  T.raises(function() b:step() end, "the llm batch was cancelled")
-  local results, errs = b:results()   -- what finished before: nothing
-  T.eq(next(results), nil)
-  T.eq(next(errs), nil)
-  b:cancel()                          -- again, as __close and __gc will: no error
 end
 
 return tests

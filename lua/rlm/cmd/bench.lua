@@ -1,6 +1,7 @@
 --- `rlm bench TASK`: the paper's evaluations with your own key, with cost and spread.
 local args = require "rlm.args"
 local async = require "rlm.async"
+local budget = require "rlm.budget"
 local evals = require "rlm.evals"
 local json = require "rlm.json"
 local llm = require "rlm.llm"
@@ -299,9 +300,7 @@ function M.main(argv)
   local file = sys.getenv("RLM_PRICES")
   opts.prices = file and file ~= "" and llm.load_prices(file) or nil
   function opts.cost(model, usage)
-    local p = llm.price(llm.label(model), opts.prices)
-    if not p or not usage then return 0 end
-    return ((usage.input_tokens or 0) * p.input + (usage.output_tokens or 0) * p.output) / 1e6
+    return (budget.cost(llm.price(llm.label(model), opts.prices), usage))
   end
   opts.lengths = {}
   for i, l in ipairs(o.lengths or {}) do

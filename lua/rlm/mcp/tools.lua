@@ -10,6 +10,7 @@
 -- isError marks calls that could not do their job: bad arguments, a sandbox that would not
 -- start, a run that failed.
 local async = require "rlm.async"
+local budget = require "rlm.budget"
 local common = require "rlm.backend.common"
 local json = require "rlm.json"
 local loop = require "rlm.core.loop"
@@ -188,7 +189,7 @@ local USAGE_KEYS = {"calls", "llm_calls", "input_tokens", "output_tokens", "tota
 function Server:add_usage(usage)
   if type(usage) ~= "table" then return end
   self.totals.runs = self.totals.runs + 1
-  for _, k in ipairs(USAGE_KEYS) do self.totals[k] = self.totals[k] + (tonumber(usage[k]) or 0) end
+  budget.add_usage(self.totals, usage, USAGE_KEYS)
 end
 
 -- One rlm.run with progress reported per turn (or by stage(e)); returns the result table.

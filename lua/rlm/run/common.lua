@@ -1,0 +1,144 @@
+--- What the parts of a run share: the Run object (one loop in the tree, root or child), its
+-- defaults, and the model call every part makes through the budget. rlm.run is the package:
+-- run/loop.lua (the loop and a run's set-up), run/subcalls.lua (sub-calls from code, and their
+-- cache), run/history.lua (history and extraction), run/resume.lua (resume and replay).
+local async = require "rlm.async"
+local budget_mod = require "rlm.budget"
+local json = require "rlm.json"
+local llm = require "rlm.llm"
+
+local M = {}
+
+M.EMPTY = {}   -- never written
+
+M.defaults = {
+  outputs = {"answer"},
+  backend = nil,              -- the interpreter's default (local)
+  max_iterations = 20,
+  max_llm_calls = 50,
+  max_depth = 2,
+  llm_call_timeout = 60,
+  max_output_chars = 10000,
+  sub_capacity = 500000,      -- what the prompt tells the model a sub-call can read
+  inline_context_chars = 65536, -- larger contexts are uploaded as a file, not sent inline
+  timeout = 900,              -- sandbox lifetime
+  batch_concurrency = 64,     -- llm_query_batched calls in flight at once
+  max_output_tokens = 8192,   -- the output cap sent with each call while max_tokens or max_cost holds
+  extract_seconds = 5,        -- under max_time, kept back from the turns for the final extraction
+  history = "compact",        -- "compact" | "full" | function(messages, info) -> messages
+  compact_at = 0.8,           -- the share of the context window at which history is compacted
+}
+
+function M.option(opts, name)
+  local v = opts[name]
+  if v == nil then v = M.defaults[name] end
+  return v
+end
+
+-- The first n characters of UTF-8 text, never cutting one in two; bytes that are not UTF-8
+-- are cut at n bytes and shown as U+FFFD, so the prompt stays valid JSON for strict parsers.
+local function head_chars(text, n)
+  if utf8.len(text) then
+    local stop = utf8.offset(text, n + 1)
+    return stop and text:sub(1, stop - 1) or text
+  end
+  return (text:sub(1, n):gsub("[\128-\255]", "\xEF\xBF\xBD"))
+end
+
+-- Length in characters (bytes when the text is not UTF-8).
+local function char_count(text)
+  return utf8.len(text) or #text
+end
+
+function M.describe(value)
+  if type(value) == "string" then
+    return "a str", char_count(value), head_chars(value, 500)
+  elseif value == nil then
+    return "None", 0, "(no context)"
+  end
+  local text = json.encode(value)
+  local kind = (json.is_array(value) or (#value > 0)) and "a list (from JSON)" or "a dict (from JSON)"
+  return kind, char_count(text), head_chars(text, 500)
+end
+
+--- A run: the state of one loop in the tree (root or child).
+local Run = {}
+Run.__index = Run
+
+function Run:event(e)
+  e.depth, e.run = self.depth, self.id
+  if self.on_event then pcall(self.on_event, e) end
+end
+
+function Run:record(rec)
+  rec.run, rec.depth, rec.parent = self.id, self.depth, self.parent
+  return self.tracer:write(rec)
+end
+
+-- The deadline of one model call: llm_call_timeout, cut to the time the budget has left (less
+-- what is kept for the extraction, unless this is the extraction).
+function Run:call_timeout(final)
+  local left = self:time_left(final)
+  return left and math.min(self.llm_call_timeout, math.max(0.1, left)) or self.llm_call_timeout
+end
+
+-- Seconds left for the turns (final: for the extraction too), or nil without max_time.
+function Run:time_left(final)
+  local left = self.budget:time_left()
+  if not left or final then return left end
+  return math.max(0, left - self.extract_seconds)
+end
+
+function Run:price(label)
+  return budget_mod.price(label, self.prices)
+end
+
+-- The cost in USD of usage on label, from the run's prices (0 when unpriced). price: the label's
+-- price when the caller has it already (false: none), as a batch looks it up once.
+function Run:cost_of(label, usage, price)
+  local p = price
+  if p == nil then p = self:price(label) end
+  return (budget_mod.cost(p or nil, usage))
+end
+
+-- Settles a reserved call with what it used.
+function Run:settle(ticket, label, res)
+  if not res then return self.budget:settle(ticket, label) end
+  self.budget:settle(ticket, label, res.usage or {}, self:cost_of(label, res.usage))
+end
+
+function M.prompt_chars(req)
+  local n = #(req.system or "")
+  for _, m in ipairs(req.messages) do n = n + #m.content end
+  return n
+end
+
+-- One model call for the loop (a turn or the extraction), through the budget. how: final (the
+-- extraction: may use the time and tokens kept for it).
+-- Returns the llm result, or nil, err, "budget" when the budget refuses it.
+function Run:model_call(model, req, how)
+  how = how or {}
+  local label = llm.label(model)
+  if self:time_left(how.final) == 0 then
+    return nil, ("max_time: the run's %g s are up"):format(self.budget:binding("seconds", "max_time")),
+           "budget"
+  end
+  local ticket, why = self.budget:reserve{prompt_chars = M.prompt_chars(req), label = label,
+    output = self.max_output_tokens, sub = self.depth > 0, price = self:price(label), final = how.final}
+  if not ticket then return nil, why, "budget" end
+  req.model, req.max_tokens, req.timeout = model, ticket.max_tokens, self:call_timeout(how.final)
+  local ok, res, err = pcall(llm.complete, req)
+  self:settle(ticket, label, ok and res or nil)
+  async.check_interrupt()
+  if not ok then return nil, tostring(res) end
+  if not res then return nil, tostring(err) end
+  return res
+end
+
+function Run:render(name, vars)
+  return require("rlm.prompts").render(self.prompts[name], vars)
+end
+
+M.Run = Run
+
+return M

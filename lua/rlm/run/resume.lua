@@ -1,0 +1,87 @@
+--- Resume and replay: a run that goes on from a recorded trajectory, or runs it again on its
+-- recorded model replies and sub-call answers and compares the outputs.
+local common = require "rlm.run.common"
+local llm = require "rlm.llm"
+local trace = require "rlm.trace"
+
+local Run, describe = common.Run, common.describe
+
+local M = {}
+
+-- The reply of a turn: the recorded one while a recording is replayed (its sub-call answers
+-- queued for the code), else the model's.
+function Run:turn_reply(messages)
+  local recorded = self.replay and self.replay.steps[self.turn]
+  if recorded then
+    self.recorded_calls = {table.unpack(recorded.calls or {})}
+    local u = recorded.usage or {}
+    self.budget:add_spent({input_tokens = u.input_tokens, output_tokens = u.output_tokens,
+                           cost = self:cost_of(llm.label(self.model), u)}, llm.label(self.model))
+    self.budget:add_spent(recorded.sub_usage, "recorded sub-calls")
+    return {text = recorded.reply, usage = recorded.usage}, nil, nil, recorded
+  end
+  self.recorded_calls = nil
+  return self:model_call(self.model, {system = self.system, messages = messages})
+end
+
+-- The differences between a replayed turn's outputs and the recording's.
+function Run:compare(recorded)
+  local want = recorded.code or {}
+  for i, block in ipairs(self.steps_code) do
+    local was = want[i] and want[i].output
+    if was ~= block.output then
+      self.differences[#self.differences + 1] = {turn = self.turn, block = i,
+                                                 recorded = was, replayed = block.output}
+    end
+  end
+end
+
+-- The root run of a trajectory file: its start record, its steps by turn (the last record of a
+-- turn wins: a resumed run appends) and its compactions by turn.
+local function recorded_run(path)
+  local records, cut = trace.read(path)
+  if not records then error("cannot read the trajectory: " .. tostring(cut), 0) end
+  local start, steps, compactions = nil, {}, {}
+  for _, r in ipairs(records) do
+    if (r.depth or 0) == 0 then
+      if r.type == "start" and not start then start = r
+      elseif r.type == "step" and r.turn then steps[r.turn] = r
+      elseif r.type == "compaction" and r.turn then compactions[r.turn] = r end
+    end
+  end
+  if not start then error(path .. " holds no run (no start record)", 0) end
+  local list = {}
+  while steps[#list + 1] do list[#list + 1] = steps[#list + 1] end
+  return {start = start, steps = list, compactions = compactions, cut = cut}
+end
+
+-- The options of a run that resumes or replays `path`: what the recording says, under what
+-- opts give (the context must be given again when it was too big to record).
+function M.from_recording(opts, path, only)
+  local rec = recorded_run(path)
+  local s = rec.start
+  local o = setmetatable({resume = false, task = opts.task or s.task, model = opts.model or s.model,
+                          sub_model = opts.sub_model or s.sub_model,
+                          outputs = opts.outputs or s.outputs,
+                          -- what shapes the outputs compared: the recording's settings
+                          execute_timeout = opts.execute_timeout or s.execute_timeout,
+                          max_output_chars = opts.max_output_chars or s.max_output_chars},
+                         {__index = opts})
+  if opts.context == nil then
+    if s.context == nil and (s.context_chars or 0) > 0 then
+      error(("%s does not hold its %d-character context: give it again (--context FILE)"):format(
+        path, s.context_chars), 0)
+    end
+    o.context = s.context
+  end
+  local got = select(2, describe(o.context))
+  if s.context_chars and got ~= s.context_chars then
+    error(("the context differs from the recorded run's (%d characters, recorded %d)"):format(
+      got, s.context_chars), 0)
+  end
+  o._replay = {steps = rec.steps, compactions = rec.compactions, only = only}
+  if not only and opts.trace == nil then o.trace, o._append = path, true end
+  return o
+end
+
+return M
