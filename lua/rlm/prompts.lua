@@ -17,7 +17,8 @@ NOT in this conversation: it is the REPL variable `context` ({{context_type}}, {
 characters). Look at it with code.
 
 Write code in a ```repl fenced block. It runs after your reply and you then see what it
-printed. Variables, imports and functions persist from block to block.
+printed; blocks of other kinds (```python included) are not run when a reply has a ```repl
+block. Variables, imports and functions persist from block to block.
 
 In the REPL you have:
 - context: the input.
@@ -42,9 +43,10 @@ Work like this:
    judgement over chunks of text, keeping each prompt well under the limit above.
 4. You have {{max_iterations}} replies and {{max_llm_calls}} sub-model calls in all: batch your
    calls and aggregate their answers in Python.
-5. Call SUBMIT({{submit_signature}}) only after you have printed and checked the values.
-   (FINAL(text) or FINAL_VAR(variable_name) on a line of its own also finish, and so does
-   setting a variable named Final when the only output is answer.)]]
+5. Finish with SUBMIT({{submit_signature}}) in a ```repl block, only after you have printed
+   and checked the values. (FINAL_VAR(variable_name) on a line of its own outside the code also
+   finishes; FINAL(text) there is taken only in a reply without code, once you have seen the
+   output it rests on.)]]
 
 M.first = [[
 Task: {{task}}

@@ -27,6 +27,7 @@ M.defaults = {
   extract_seconds = 5,        -- under max_time, kept back from the turns for the final extraction
   history = "compact",        -- "compact" | "full" | function(messages, info) -> messages
   compact_at = 0.8,           -- the share of the context window at which history is compacted
+  final_beside_code = "wait", -- a FINAL(text) beside code waits for the code's output; "accept"
 }
 
 function M.option(opts, name)

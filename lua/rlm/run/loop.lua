@@ -112,10 +112,18 @@ function Run:deadline()
   return left and sys.now() + left
 end
 
--- Runs one reply's code; returns the submitted fields (validated) or nil, and the output text.
-function Run:run_code(blocks, final)
+-- A FINAL(text) written beside code is a guess made before the code's output was seen: it is
+-- taken only on a later reply, unless the run says otherwise (final_beside_code = "accept").
+local function guess_beside_code(self, blocks, final)
+  return final and final.text and #blocks > 0 and self.final_beside_code ~= "accept"
+end
+
+-- Runs one reply's code; returns the submitted fields (validated) or nil, the output text, the
+-- variables and what to tell the model (notes: one line per block that did not run).
+function Run:run_code(blocks, final, notes)
   local outputs, feedback, submitted = {}, nil, nil
   local vars = self.variables
+  notes = {table.unpack(notes or {})}
   for i, code in ipairs(blocks) do
     local out, r = self.interp:execute(code, nil, {output_names = self.outputs,
                                                     deadline = self:deadline()})
@@ -137,7 +145,18 @@ function Run:run_code(blocks, final)
         or ("SUBMIT is missing %s. Call SUBMIT(%s) with every output.\n"):format(
           table.concat(missing, ", "), table.concat(self.outputs, "=..., ") .. "=...")
     end
-    if r.error then break end
+    if r.error then
+      if i < #blocks then
+        notes[#notes + 1] = ("Block %d raised an error, so the %d block(s) after it did not run.")
+          :format(i, #blocks - i)
+      end
+      break
+    end
+  end
+  if not submitted and guess_beside_code(self, blocks, final) then
+    notes[#notes + 1] = "Your FINAL(...) was written before you saw what your code printed, so "
+      .. "it was not taken: check the output above, then give the answer again."
+    final = nil
   end
   if not submitted and final and not feedback then
     if final.var then
@@ -156,9 +175,10 @@ function Run:run_code(blocks, final)
         table.concat(self.outputs, ", ") .. ": use SUBMIT with every output.\n"
     end
   end
-  if #blocks == 0 and not final then
+  if #blocks == 0 and not final and #notes == 0 then
     feedback = "Your reply had no ```repl code block. Write code to make progress.\n"
   end
+  if #notes > 0 then feedback = table.concat(notes, "\n") .. "\n" .. (feedback or "") end
   self.variables = vars
   return submitted, table.concat(outputs, "\n"), vars, feedback
 end
@@ -248,11 +268,18 @@ function Run:loop()
     messages[#messages + 1] = {role = "assistant", content = reply.text}
     self.steps_code, self.step_calls = {}, {}
     local before = self.budget:usage()
-    local blocks, final = parse.code_blocks(reply.text), parse.final(reply.text)
-    local ran, submitted, output, pyvars, feedback = sandbox_step(self.run_code, self, blocks, final)
+    -- A reply cut at the output cap does not run its unfinished block (its first lines would).
+    local read = parse.reply(reply.text, {cut = reply.finish_reason == "length"})
+    if reply.finish_reason == "length" and not read.cut then
+      read.notes[#read.notes + 1] = ("Your reply was cut off at the output limit (%s tokens).")
+        :format(reply.usage and reply.usage.output_tokens or "?")
+    end
+    local ran, submitted, output, pyvars, feedback = sandbox_step(self.run_code, self, read.code,
+                                                                  parse.final(reply.text), read.notes)
     if not ran then return {reason = "sandbox_error", detail = submitted, extract = true} end
     if recorded then self:compare(recorded) end
     local step = {type = "step", turn = turn, prompt_chars = request_chars, reply = reply.text,
+                  finish_reason = reply.finish_reason,
                   code = self.steps_code, output = output, calls = self.step_calls,
                   feedback = feedback, variables = variables_line(pyvars, self.variables_more),
                   usage = reply.usage, sub_usage = spent_since(self.budget, before),
@@ -334,6 +361,7 @@ function M.new_run(opts)
       and math.min(option(opts, "extract_seconds"), opts.max_time * 0.1) or 0,
     child_budget = opts.child_budget, context_windows = opts.context_windows,
     history = option(opts, "history"), compact_at = option(opts, "compact_at"),
+    final_beside_code = option(opts, "final_beside_code"),
     replay = opts._replay, differences = opts._replay and {} or nil,
     cache = subcalls.cache_dir(opts.cache), cache_hits = 0, cache_saved = 0,
     prompts = prompts, depth = depth, parent = opts._parent,
@@ -350,6 +378,9 @@ function M.new_run(opts)
   if opts.child_budget ~= nil then self.budget:child(opts.child_budget) end   -- misuse shows now
   self.context_window = opts.context_window
     or llm.context_window(llm.label(model), opts.context_windows)
+  if self.final_beside_code ~= "wait" and self.final_beside_code ~= "accept" then
+    error('final_beside_code must be "wait" or "accept"', 0)
+  end
   if self.history ~= "full" and self.history ~= "compact" and type(self.history) ~= "function" then
     error('history must be "full", "compact" or a function(messages, info) -> messages', 0)
   end
