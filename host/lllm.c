@@ -9,7 +9,9 @@
  *                       arrive
  *   call:done()         true once finished (after any retries)
  *   call:take_deltas()  the text streamed since the last take ("" when none)
- *   call:result()       {text, finish_reason, model, usage = {input_tokens, output_tokens},
+ *   call:result()       {text, finish_reason, model, usage = {input_tokens, output_tokens,
+ *                        cache_read_tokens, cache_write_tokens} (input_tokens: all of the
+ *                        input, the cached part and the part written to the cache included),
  *                        attempts} | nil, err (fail.h: kind, status, message, retry_after,
  *                        and attempts)
  *   call:cancel()       stops it; also __gc and __close
@@ -81,7 +83,8 @@ struct call {
     /* What the response said so far: */
     struct buf text;
     char model[160], finish[40];
-    lua_Integer input_tokens, output_tokens;
+    lua_Integer input_tokens, output_tokens;   /* as the wire reports them */
+    lua_Integer cache_read, cache_write;       /* input read from / written to a prompt cache */
     char failure[600];              /* a final error found while decoding */
     const char *failure_kind;
 };
@@ -137,7 +140,7 @@ static void reset_response(void *ud)
     buf_free(&k->events);
     buf_free(&k->text);
     k->model[0] = k->finish[0] = '\0';
-    k->input_tokens = k->output_tokens = -1;
+    k->input_tokens = k->output_tokens = k->cache_read = k->cache_write = -1;
 }
 
 static void request_done(void *ud, struct request *r)
@@ -706,12 +709,14 @@ static int openai_read(struct call *k, const char *data, size_t len, char *err, 
                             WANT(whole ? "choices.1.message.content" : "choices.1.delta.content"),
                             WANT("choices.1.finish_reason"),
                             WANT("usage.prompt_tokens"),
-                            WANT("usage.completion_tokens")};
+                            WANT("usage.completion_tokens"),
+                            WANT("usage.prompt_tokens_details.cached_tokens")};
     if (!json_pick(data, len, PICK(p), err, errlen))
         return 0;
     if (take_provider_error(k, p))
         return 1;
     take_string(&p[2], k->model, sizeof k->model);
+    take_count(&p[8], &k->cache_read);   /* part of prompt_tokens (OpenAI's usage reference) */
     if (whole && !is_container(&p[3]))
         fail_with(k, "malformed", "the response has no choices");
     add_text(k, &p[4]);
@@ -737,7 +742,11 @@ static int anthropic_event(struct call *k, const char *data, size_t len, char *e
                             WANT("delta.text"),
                             WANT("delta.stop_reason"),
                             WANT("usage.input_tokens"),
-                            WANT("usage.output_tokens")};
+                            WANT("usage.output_tokens"),
+                            WANT("message.usage.cache_read_input_tokens"),
+                            WANT("message.usage.cache_creation_input_tokens"),
+                            WANT("usage.cache_read_input_tokens"),
+                            WANT("usage.cache_creation_input_tokens")};
     if (!json_pick(data, len, PICK(p), err, errlen))
         return 0;
     char type[40] = "";
@@ -749,12 +758,16 @@ static int anthropic_event(struct call *k, const char *data, size_t len, char *e
         take_string(&p[3], k->model, sizeof k->model);
         take_count(&p[4], &k->input_tokens);
         take_count(&p[5], &k->output_tokens);
+        take_count(&p[10], &k->cache_read);
+        take_count(&p[11], &k->cache_write);
     } else if (strcmp(type, "content_block_delta") == 0) {
         add_text(k, &p[6]);
     } else if (strcmp(type, "message_delta") == 0) {
         take_string(&p[7], k->finish, sizeof k->finish);
         take_count(&p[8], &k->input_tokens);
         take_count(&p[9], &k->output_tokens);
+        take_count(&p[12], &k->cache_read);
+        take_count(&p[13], &k->cache_write);
     }
     return 1;
 }
@@ -820,7 +833,9 @@ static int anthropic_whole(struct call *k, const char *data, size_t len, char *e
                            size_t errlen)
 {
     struct json_pick p[] = {ERROR_PICKS, WANT("model"), WANT("content"), WANT("stop_reason"),
-                            WANT("usage.input_tokens"), WANT("usage.output_tokens")};
+                            WANT("usage.input_tokens"), WANT("usage.output_tokens"),
+                            WANT("usage.cache_read_input_tokens"),
+                            WANT("usage.cache_creation_input_tokens")};
     if (!json_pick(data, len, PICK(p), err, errlen))
         return 0;
     if (take_provider_error(k, p))
@@ -833,6 +848,8 @@ static int anthropic_whole(struct call *k, const char *data, size_t len, char *e
     take_string(&p[4], k->finish, sizeof k->finish);
     take_count(&p[5], &k->input_tokens);
     take_count(&p[6], &k->output_tokens);
+    take_count(&p[7], &k->cache_read);
+    take_count(&p[8], &k->cache_write);
     return 1;
 }
 
@@ -970,11 +987,22 @@ static int push_success(lua_State *L, struct call *k)
     lua_setfield(L, -2, "finish_reason");
     lua_pushstring(L, k->model);
     lua_setfield(L, -2, "model");
-    lua_createtable(L, 0, 2);
-    lua_pushinteger(L, k->input_tokens > 0 ? k->input_tokens : 0);
+    /* Anthropic's input_tokens leaves out what was read from or written to the cache (its
+     * usage reference: total input is the sum of the three); OpenAI's prompt_tokens holds it. */
+    lua_Integer read = k->cache_read > 0 ? k->cache_read : 0;
+    lua_Integer written = k->cache_write > 0 ? k->cache_write : 0;
+    lua_Integer input = k->input_tokens > 0 ? k->input_tokens : 0;
+    if (k->wire == &ANTHROPIC)
+        input += read + written;
+    lua_createtable(L, 0, 4);
+    lua_pushinteger(L, input);
     lua_setfield(L, -2, "input_tokens");
     lua_pushinteger(L, k->output_tokens > 0 ? k->output_tokens : 0);
     lua_setfield(L, -2, "output_tokens");
+    lua_pushinteger(L, read);
+    lua_setfield(L, -2, "cache_read_tokens");
+    lua_pushinteger(L, written);
+    lua_setfield(L, -2, "cache_write_tokens");
     lua_setfield(L, -2, "usage");
     lua_pushinteger(L, k->req->attempts);
     lua_setfield(L, -2, "attempts");

@@ -43,22 +43,33 @@ function M.price(label, extra)
   return extra and M.lookup(extra, label) or M.lookup(prices, label)
 end
 
---- Cost in USD of usage ({input_tokens, output_tokens}) at price (nil: none, costs 0); second
--- result false when there is no price.
+--- Cost in USD of usage ({input_tokens, output_tokens, cache_read_tokens,
+-- cache_write_tokens}: input_tokens holds the cached parts) at price (nil: none, costs 0), as
+-- the providers bill it: the input read from a prompt cache at cached_input, the input written
+-- to one at cache_write (each the input rate when the price does not say); second result false
+-- when there is no price.
 function M.cost(price, usage)
   if not price or not usage then return 0, price ~= nil end
-  return ((usage.input_tokens or 0) * price.input + (usage.output_tokens or 0) * price.output)
+  local read, written = usage.cache_read_tokens or 0, usage.cache_write_tokens or 0
+  local plain = (usage.input_tokens or 0) - read - written
+  return (plain * price.input + read * (price.cached_input or price.input)
+    + written * (price.cache_write or price.input) + (usage.output_tokens or 0) * price.output)
     / 1e6, true
 end
 
---- t when every entry is {input = USD, output = USD} (per million tokens, >= 0); else raises
--- naming `where` and the entry at fault.
+local function rate(v, optional)
+  if v == nil then return optional end
+  return type(v) == "number" and v >= 0
+end
+
+--- t when every entry is {input = USD, output = USD[, cached_input = USD, cache_write = USD]}
+-- (per million tokens, >= 0); else raises naming `where` and the entry at fault.
 function M.check_prices(t, where)
   for label, p in pairs(t) do
-    if type(p) ~= "table" or type(p.input) ~= "number" or type(p.output) ~= "number"
-        or p.input < 0 or p.output < 0 then
-      error(("%s: %s needs {input = USD, output = USD} per million tokens"):format(
-        where, tostring(label)), 0)
+    if type(p) ~= "table" or not rate(p.input) or not rate(p.output)
+        or not rate(p.cached_input, true) or not rate(p.cache_write, true) then
+      error(("%s: %s needs {input = USD, output = USD} per million tokens (and optionally "
+        .. "cached_input, cache_write)"):format(where, tostring(label)), 0)
     end
   end
   return t
@@ -81,13 +92,16 @@ end
 --- A sum of model calls: calls (answered), errors (sent, no answer), input_tokens,
 -- output_tokens, cost, unpriced (answered calls whose model has no price).
 function M.new_sum()
-  return {calls = 0, errors = 0, input_tokens = 0, output_tokens = 0, cost = 0, unpriced = 0}
+  return {calls = 0, errors = 0, input_tokens = 0, output_tokens = 0, cache_read_tokens = 0,
+          cache_write_tokens = 0, cost = 0, unpriced = 0}
 end
 
 --- Adds to sum a call that answered with usage, costing cost (priced false: no price).
 function M.add_call(sum, usage, cost, priced)
   sum.calls, sum.input_tokens, sum.output_tokens = sum.calls + 1,
     sum.input_tokens + usage.input_tokens, sum.output_tokens + usage.output_tokens
+  sum.cache_read_tokens = sum.cache_read_tokens + (usage.cache_read_tokens or 0)
+  sum.cache_write_tokens = sum.cache_write_tokens + (usage.cache_write_tokens or 0)
   sum.cost = sum.cost + cost
   if not priced then sum.unpriced = sum.unpriced + 1 end
 end
@@ -113,7 +127,8 @@ end
 local function model_sum(b, model)
   local m = b.by_model[model]
   if m == nil then
-    m = {calls = 0, input_tokens = 0, output_tokens = 0, cost = 0}
+    m = {calls = 0, input_tokens = 0, output_tokens = 0, cache_read_tokens = 0,
+         cache_write_tokens = 0, cost = 0}
     b.by_model[model] = m
   end
   return m
@@ -136,8 +151,10 @@ function M.new(limits, parent)
     llm_calls = 0,          -- calls made for code (llm_query, batches, child runs' turns)
     calls = 0,              -- every model call, root turns included
     failed = 0,             -- calls sent that brought no answer
-    input_tokens = 0,
+    input_tokens = 0,       -- all input, the parts read from and written to prompt caches included
     output_tokens = 0,
+    cache_read_tokens = 0,
+    cache_write_tokens = 0,
     cost = 0,
     by_model = {},
     held = {calls = 0, tokens = 0, cost = 0},   -- reserved by calls in flight
@@ -315,6 +332,7 @@ end
 function Budget:settle(ticket, model, usage, cost)
   hold(self, ticket, -1)
   local i, o = usage and usage.input_tokens or 0, usage and usage.output_tokens or 0
+  local r, w = usage and usage.cache_read_tokens or 0, usage and usage.cache_write_tokens or 0
   cost = cost or 0
   local b = self
   while b do
@@ -323,9 +341,11 @@ function Budget:settle(ticket, model, usage, cost)
     if not usage then b.failed = b.failed + 1 end
     b.input_tokens = b.input_tokens + i
     b.output_tokens = b.output_tokens + o
+    b.cache_read_tokens, b.cache_write_tokens = b.cache_read_tokens + r, b.cache_write_tokens + w
     b.cost = b.cost + cost
     local m = model_sum(b, model)
     m.calls, m.input_tokens, m.output_tokens = m.calls + 1, m.input_tokens + i, m.output_tokens + o
+    m.cache_read_tokens, m.cache_write_tokens = m.cache_read_tokens + r, m.cache_write_tokens + w
     m.cost = m.cost + cost
     b = b.parent
   end
@@ -343,7 +363,7 @@ function Budget:settle_all(tickets, model, usages, costs)
     local m = model_sum(b, model)
     local h_calls, h_tokens, h_cost = held.calls, held.tokens, held.cost
     local llm_calls, failed, cost, m_cost = b.llm_calls, b.failed, b.cost, m.cost
-    local i, o = 0, 0
+    local i, o, r, w = 0, 0, 0, 0
     for k = 1, n do   -- in ticket order: a float sum depends on the order of its terms
       local ticket, usage, c = tickets[k], usages[k], costs[k] or 0
       h_calls, h_tokens, h_cost = h_calls - ticket.calls, h_tokens - ticket.tokens,
@@ -351,6 +371,7 @@ function Budget:settle_all(tickets, model, usages, costs)
       llm_calls = llm_calls + ticket.calls
       if usage then
         i, o = i + (usage.input_tokens or 0), o + (usage.output_tokens or 0)
+        r, w = r + (usage.cache_read_tokens or 0), w + (usage.cache_write_tokens or 0)
       else
         failed = failed + 1
       end
@@ -359,8 +380,10 @@ function Budget:settle_all(tickets, model, usages, costs)
     held.calls, held.tokens, held.cost = h_calls, h_tokens, h_cost
     b.calls, b.llm_calls, b.failed, b.cost = b.calls + n, llm_calls, failed, cost
     b.input_tokens, b.output_tokens = b.input_tokens + i, b.output_tokens + o
+    b.cache_read_tokens, b.cache_write_tokens = b.cache_read_tokens + r, b.cache_write_tokens + w
     m.calls, m.input_tokens, m.output_tokens, m.cost = m.calls + n, m.input_tokens + i,
       m.output_tokens + o, m_cost
+    m.cache_read_tokens, m.cache_write_tokens = m.cache_read_tokens + r, m.cache_write_tokens + w
     b = b.parent
   end
 end
@@ -429,6 +452,7 @@ function Budget:usage()
   return {
     llm_calls = self.llm_calls, calls = self.calls, failed_calls = self.failed,
     input_tokens = self.input_tokens, output_tokens = self.output_tokens,
+    cache_read_tokens = self.cache_read_tokens, cache_write_tokens = self.cache_write_tokens,
     total_tokens = self.input_tokens + self.output_tokens,
     cost = self.cost, by_model = self.by_model, elapsed = self:elapsed(),
   }

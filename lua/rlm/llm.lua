@@ -141,6 +141,18 @@ local function prepare_in_batch(endpoints, req)
   return prepare(req, 2, cached_endpoint(endpoints, req, 2))
 end
 
+--- The body fields that let a provider cache the prefix a series of requests shares (a run's
+-- turns), under key: a table for a request's `extra`, or nil when the provider has no such
+-- field. Anthropic's top-level cache_control marks the request's last block, so each turn
+-- writes its prefix and the next reads it (Anthropic's prompt-caching page); OpenAI caches by
+-- itself, and prompt_cache_key routes a run's requests to one cache (OpenAI's API reference).
+function M.cache_fields(model, key)
+  local how = M.resolve(model, 2).prompt_cache
+  if how == "breakpoint" then return {cache_control = {type = "ephemeral"}} end
+  if how == "key" then return {prompt_cache_key = key} end
+  return nil
+end
+
 --- Raises the error a call would raise (unknown provider, missing key) without calling;
 -- for checking configuration before creating anything expensive.
 function M.check(model)

@@ -2,14 +2,17 @@
 -- there): wire format, base URL (and the variable that overrides it), key variable.
 -- key_optional: servers that need no key (a key from the variable or api_key is still sent).
 -- path: appended to the base URL (default: the wire's usual path). headers, extra: added to
--- every request's headers and JSON body. A leaf module: rlm.secrets reads the key variables
--- here without loading rlm.llm.
+-- every request's headers and JSON body. prompt_cache: how the provider caches a prompt prefix
+-- that repeats (a run's turns): "key" (OpenAI caches by itself; prompt_cache_key keeps a run's
+-- requests on one cache) or "breakpoint" (Anthropic caches only where a request marks it).
+-- A leaf module: rlm.secrets reads the key variables here without loading rlm.llm.
 return {
   openai = {wire = "openai", base_url = "https://api.openai.com/v1",
             base_url_env = "OPENAI_BASE_URL", key_env = "OPENAI_API_KEY",
-            max_tokens_field = "max_completion_tokens"},
+            max_tokens_field = "max_completion_tokens", prompt_cache = "key"},
   anthropic = {wire = "anthropic", base_url = "https://api.anthropic.com",
-               base_url_env = "ANTHROPIC_BASE_URL", key_env = "ANTHROPIC_API_KEY"},
+               base_url_env = "ANTHROPIC_BASE_URL", key_env = "ANTHROPIC_API_KEY",
+               prompt_cache = "breakpoint"},
   ["local"] = {wire = "openai", base_url = "http://127.0.0.1:8000/v1",
                base_url_env = "RLM_LOCAL_BASE_URL", key_env = "RLM_LOCAL_API_KEY",
                key_optional = true},

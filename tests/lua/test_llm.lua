@@ -12,6 +12,12 @@ local OPENAI, ANTHROPIC = "/v1/chat/completions", "/v1/messages"
 
 local tests = {}
 
+-- A usage table as results carry it, with nothing read from or written to a prompt cache.
+local function usage(input, output)
+  return {input_tokens = input, output_tokens = output, cache_read_tokens = 0,
+          cache_write_tokens = 0}
+end
+
 -- A stand-in (with a rule script when given) and request builders for both providers.
 local function standin(opts)
   opts = opts or {}
@@ -70,7 +76,7 @@ tests["both providers answer with text, finish_reason, usage and model"] = funct
     T.eq(res.finish_reason, "stop")
     T.eq(res.model, model:match("/(.*)"))
     -- the stand-in counts ~4 characters a token: prompt 11 + system 10, reply 17
-    T.eq(res.usage, {input_tokens = 5, output_tokens = 5})
+    T.eq(res.usage, usage(5, 5))
     T.eq(res.attempts, 1)
     no_key(res, "result")
   end
@@ -171,7 +177,7 @@ tests["streaming delivers the text in deltas, with usage, for both providers"] =
     T.eq(table.concat(deltas), reply, model)
     T.eq(res.finish_reason, "stop")
     T.eq(res.model, model:match("/(.*)"))
-    T.eq(res.usage, {input_tokens = 3, output_tokens = #reply // 4})
+    T.eq(res.usage, usage(3, #reply // 4))
     local body = s.stats().last_body
     T.eq(body.stream, true)
     if model:match("^openai") then T.eq(body.stream_options, {include_usage = true}) end
@@ -398,7 +404,7 @@ tests["an answer's fields are read exactly: escapes, decoys, duplicate keys, any
   T.eq(res.text, 'café "q" 😀 \\ end')
   T.eq(res.finish_reason, "length")
   T.eq(res.model, "m-2")
-  T.eq(res.usage, {input_tokens = 11, output_tokens = 7})
+  T.eq(res.usage, usage(11, 7))
 
   bodies[ANTHROPIC] = '{"content":[{"type":"text","text":"A"},' ..
     '{"type":"tool_use","id":"t","input":{"type":"text","text":"decoy"}},' ..
@@ -408,7 +414,7 @@ tests["an answer's fields are read exactly: escapes, decoys, duplicate keys, any
   T.eq(res.text, "AB\n")
   T.eq(res.finish_reason, "stop")
   T.eq(res.model, "claude-x")
-  T.eq(res.usage, {input_tokens = 0, output_tokens = 4})   -- past any count: none
+  T.eq(res.usage, usage(0, 4))   -- past any count: none
 
   bodies[OPENAI] = '{"error":{"message":"over quota \\u2014 sorry"}}'
   local _, err = llm.complete(req("openai/gpt-4o"))
@@ -564,8 +570,8 @@ tests["usage is counted per model and priced from the price table"] = function()
   local a = assert(llm.complete(s.req("openai/test-model", {prompt = ("p"):rep(400)})))
   local b = assert(llm.complete(s.req("openai/test-model", {prompt = "long"})))
   -- the stand-in echoes 200 characters of the prompt: "echo: " .. 200 = 206 characters
-  T.eq(a.usage, {input_tokens = 100, output_tokens = 52})
-  T.eq(b.usage, {input_tokens = 1, output_tokens = 100})
+  T.eq(a.usage, usage(100, 52))
+  T.eq(b.usage, usage(1, 100))
   T.eq(a.cost, (100 * 2.0 + 52 * 10.0) / 1e6)
   assert(llm.complete(s.req("anthropic/claude-unpriced", {prompt = "x"})))
   s.fault{path = OPENAI, status = 401, count = 1}
@@ -573,7 +579,8 @@ tests["usage is counted per model and priced from the price table"] = function()
 
   local u = llm.usage()
   T.eq(u.models["openai/test-model"], {calls = 2, errors = 1, input_tokens = 101,
-                                       output_tokens = 152, unpriced = 0,
+                                       output_tokens = 152, unpriced = 0, cache_read_tokens = 0,
+                                       cache_write_tokens = 0,
                                        cost = (101 * 2.0 + 152 * 10.0) / 1e6})
   T.eq(u.models["anthropic/claude-unpriced"].unpriced, 1)
   T.eq(u.models["anthropic/claude-unpriced"].cost, 0)
@@ -583,6 +590,10 @@ tests["usage is counted per model and priced from the price table"] = function()
   T.eq(u.cost, (101 * 2.0 + 152 * 10.0) / 1e6)
   -- A dated version is priced by its base entry.
   T.eq(llm.cost("anthropic/claude-sonnet-4-5-20250929", {input_tokens = 1e6, output_tokens = 0}), 3.0)
+  -- Input read from the prompt cache costs a tenth on Anthropic, written a quarter more.
+  T.eq(llm.cost("anthropic/claude-sonnet-4-5", {input_tokens = 3e6, output_tokens = 0,
+                                                cache_read_tokens = 1e6, cache_write_tokens = 1e6}),
+       3.0 + 0.3 + 3.75)
   llm.reset_usage()
   T.eq(llm.usage().calls, 0)
 end

@@ -28,6 +28,7 @@ M.defaults = {
   history = "compact",        -- "compact" | "full" | function(messages, info) -> messages
   compact_at = 0.8,           -- the share of the context window at which history is compacted
   final_beside_code = "wait", -- a FINAL(text) beside code waits for the code's output; "accept"
+  prompt_cache = true,        -- ask the provider to cache the prefix turns share (false: never)
 }
 
 function M.option(opts, name)
@@ -128,6 +129,8 @@ function Run:model_call(model, req, how)
     output = self.max_output_tokens, sub = self.depth > 0, price = self:price(label), final = how.final}
   if not ticket then return nil, why, "budget" end
   req.model, req.max_tokens, req.timeout = model, ticket.max_tokens, self:call_timeout(how.final)
+  -- A turn's request is the last one's and two messages more: the provider may cache it.
+  if self.prompt_cache and not how.final then req.extra = llm.cache_fields(model, self.id) end
   local ok, res, err = pcall(llm.complete, req)
   self:settle(ticket, label, ok and res or nil)
   async.check_interrupt()

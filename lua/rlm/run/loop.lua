@@ -361,7 +361,7 @@ function M.new_run(opts)
       and math.min(option(opts, "extract_seconds"), opts.max_time * 0.1) or 0,
     child_budget = opts.child_budget, context_windows = opts.context_windows,
     history = option(opts, "history"), compact_at = option(opts, "compact_at"),
-    final_beside_code = option(opts, "final_beside_code"),
+    final_beside_code = option(opts, "final_beside_code"), prompt_cache = option(opts, "prompt_cache"),
     replay = opts._replay, differences = opts._replay and {} or nil,
     cache = subcalls.cache_dir(opts.cache), cache_hits = 0, cache_saved = 0,
     prompts = prompts, depth = depth, parent = opts._parent,

@@ -1,0 +1,79 @@
+--- What a run costs is what the provider bills: prompt caching asked for on both wires,
+-- cached and written input read from the usage and priced at their rates, against the LLM
+-- stand-in, which caches and bills as each provider does (tests/standins/llm, PromptCache).
+local T = require "support"
+local F = require "rlm_fixtures"
+local json = require "rlm.json"
+local rlm = require "rlm"
+local sys = require "rlm.sys"
+
+local tests = {}
+
+local SCRIPT = {rules = {
+  {match = "Turn 20 of", reply = F.code("SUBMIT(answer=str(turns))")},
+  {match = "Task: bill", reply = F.code("turns = 1\nprint(len(context), 'y' * 2000)")},
+  {match = ".", reply = F.code("turns += 1\nprint('y' * 2000)")},
+}}
+
+local function bill(billed, price)
+  return (billed.input * price.input + billed.cache_read * (price.cached_input or price.input)
+    + billed.cache_write * (price.cache_write or price.input) + billed.output * price.output) / 1e6
+end
+
+-- A 20-turn run over a 240 KB context on model; returns the result and the stand-in's stats.
+local function twenty_turns(server, model, prices)
+  local res = rlm.run{task = "bill", context = ("c"):rep(240 * 1024), model = model,
+                      max_iterations = 20, prices = prices}
+  T.eq(res.reason, "submitted", tostring(res.detail))
+  T.eq(res.answer, "19")
+  return res, F.stats(server)
+end
+
+tests["Anthropic: 20 turns read their prefix from the cache; the cost is the bill"] = function()
+  local server = F.model(SCRIPT)
+  sys.setenv("ANTHROPIC_BASE_URL", server.url)
+  sys.setenv("ANTHROPIC_API_KEY", "sk-test-key-0123456789")
+  T.defer(function() sys.setenv("ANTHROPIC_BASE_URL", nil); sys.setenv("ANTHROPIC_API_KEY", nil) end)
+  local price = {input = 3, output = 15, cached_input = 0.3, cache_write = 3.75}
+  local res, stats = twenty_turns(server, "anthropic/claude-standin",
+                                  {["anthropic/claude-standin"] = price})
+  local billed = stats.billed["claude-standin"]
+  local used = res.usage.by_model["anthropic/claude-standin"]
+  T.eq(used.input_tokens, billed.input + billed.cache_read + billed.cache_write, "all input counted")
+  T.eq(used.cache_read_tokens, billed.cache_read)
+  T.eq(used.cache_write_tokens, billed.cache_write)
+  local want = bill(billed, price)
+  T.truthy(math.abs(used.cost - want) <= want * 0.01,
+           ("reported $%.6f, billed $%.6f"):format(used.cost, want))
+  local after_first = used.input_tokens - stats.prompt_sizes[1]
+  T.truthy(billed.cache_read >= 0.7 * after_first,
+           ("%d of %d input tokens after turn 1 read from the cache"):format(billed.cache_read,
+             after_first))
+  T.eq(stats.last_body.cache_control, {type = "ephemeral"}, "a breakpoint is asked for")
+end
+
+tests["OpenAI: the cached part is priced at the cached rate; the cost is the bill"] = function()
+  local server = F.model(SCRIPT)
+  local res, stats = twenty_turns(server, "openai/gpt-4.1-mini")
+  local billed = stats.billed["gpt-4.1-mini"]
+  local used = res.usage.by_model["openai/gpt-4.1-mini"]
+  T.truthy(billed.cache_read > 0, "the stand-in cached a prefix")
+  T.eq(used.cache_read_tokens, billed.cache_read)
+  local want = bill(billed, require("rlm.prices")["openai/gpt-4.1-mini"])
+  T.truthy(math.abs(used.cost - want) <= want * 0.01,
+           ("reported $%.6f, billed $%.6f"):format(used.cost, want))
+  T.truthy(type(stats.last_body.prompt_cache_key) == "string", "a run's requests share a key")
+end
+
+tests["prompt_cache = false asks for no caching"] = function()
+  local server = F.model{rules = {{match = ".", reply = F.code("SUBMIT(answer='x')")}}}
+  sys.setenv("ANTHROPIC_BASE_URL", server.url)
+  sys.setenv("ANTHROPIC_API_KEY", "sk-test-key-0123456789")
+  T.defer(function() sys.setenv("ANTHROPIC_BASE_URL", nil); sys.setenv("ANTHROPIC_API_KEY", nil) end)
+  rlm.run{task = "t", context = "c", model = "anthropic/claude-standin", prompt_cache = false}
+  T.eq(F.stats(server).last_body.cache_control, nil)
+  rlm.run{task = "t", context = "c", model = "openai/gpt-4.1-mini", prompt_cache = false}
+  T.eq(F.stats(server).last_body.prompt_cache_key, nil)
+end
+
+return tests
