@@ -412,8 +412,9 @@ tests["a dead server is retried within the deadline, then fails clearly"] = func
   T.truthy(err.attempts >= 3, "retried (" .. err.attempts .. " attempts)")
   T.contains(err.message, "connect")
   T.contains(err.message, "attempts")
-  -- near the deadline (1.5 s), not retrying on: a generous bound for a loaded machine
-  T.truthy(took >= 1 and took < 6, "within the deadline, took " .. took .. " s")
+  -- it stops at the deadline (1.5 s) or sooner, once its attempts are spent: a generous bound
+  -- for a loaded machine (the attempts above are the lower bound)
+  T.truthy(took < 6, "within the deadline, took " .. took .. " s")
 end
 
 tests["calls from tasks run side by side"] = function()
