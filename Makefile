@@ -19,7 +19,7 @@ HOST_SRC := $(filter-out host/main.c host/bin2c.c host/seccomp.c,$(wildcard host
 HOST_OBJ := $(HOST_SRC:host/%.c=build/%.o) build/seccomp_bpf.o
 # The Lua bindings, one host/l<name>.c each, registered as rlm.core.<name>. Listed by hand: a
 # plain C file whose name happens to start with "l" (loop.c) is not a binding.
-BINDINGS := daytona host http httpd json llm loop redact sandbox stdio sys
+BINDINGS := daytona host http httpd json llm loop proc redact sandbox stdio sys
 # Everything under lua/ and skills/ ships inside the binary.
 EMBED    := $(shell find lua skills -type f ! -name '*~' ! -path '*/__pycache__/*' 2>/dev/null | LC_ALL=C sort)
 CHECK_SRC := $(wildcard tests/check_*.c)

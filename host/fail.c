@@ -1,4 +1,7 @@
 /* fail.c — see fail.h. */
+#include <errno.h>
+#include <string.h>
+
 #include <lauxlib.h>
 
 #include "fail.h"
@@ -77,4 +80,13 @@ int fail_return(lua_State *L, const char *kind, long status, double retry_after)
     luaL_pushfail(L);
     lua_insert(L, -2);
     return 2;
+}
+
+int fail_errno(lua_State *L, const char *what)
+{
+    int e = errno;
+    luaL_pushfail(L);
+    lua_pushfstring(L, "%s: %s", what, strerror(e));
+    lua_pushinteger(L, e);
+    return 3;
 }

@@ -19,4 +19,7 @@ void fail_set_metatable(lua_State *L, int idx);
 /* Whether the value at idx is an error table. */
 int fail_is(lua_State *L, int idx);
 
+/* For a failed system call: pushes nil, "what: strerror(errno)", errno; returns 3. */
+int fail_errno(lua_State *L, const char *what);
+
 #endif

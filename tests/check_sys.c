@@ -1,4 +1,4 @@
-/* check_sys.c — lsys.c: files, processes and their pipes on the loop. */
+/* check_sys.c — lsys.c and lproc.c: files, processes and their pipes on the loop. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -41,7 +41,7 @@ END_TEST
 
 START_TEST(process_output_and_exit_status)
 {
-    run_lua(L, "local sys = require 'rlm.core.sys'\n"
+    run_lua(L, "local sys = require 'rlm.core.proc'\n"
                "local loop = require 'rlm.core.loop'\n"
                "local p = assert(sys.spawn{argv = {'/bin/sh', '-c', 'read x; echo \"$x!\"; exit 7'}})\n"
                "p:write('hi\\n')\n"
@@ -57,7 +57,7 @@ END_TEST
 
 START_TEST(misuse_raises_with_a_clear_message)
 {
-    run_lua(L, "local sys = require 'rlm.core.sys'\n"
+    run_lua(L, "local sys = require 'rlm.core.proc'\n"
                "local ok, err = pcall(sys.spawn, {argv = {}})\n"
                "assert(not ok and err:find('non%-empty list'), err)\n"
                "ok, err = pcall(sys.spawn, {argv = {'true'}, stdout = 'bogus'})\n"

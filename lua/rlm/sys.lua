@@ -1,5 +1,5 @@
---- System helpers: the C primitives of rlm.core.sys plus the waiting ones, built on
--- rlm.async so they never block other tasks.
+--- System helpers: the C primitives of rlm.core.sys (the OS) and rlm.core.proc (processes),
+-- in one table, plus the waiting ones, built on rlm.async so they never block other tasks.
 --
 --   sys.now(), sys.time(), sys.sleep(s), sys.getenv(n), sys.setenv(n, v), sys.environ()
 --   sys.cpu_time() -> seconds of CPU this process has used (all threads), for benchmarks
@@ -19,9 +19,11 @@
 --   sys.pidfd(pid) -> h | nil, msg: a process that is not our child, followed to its end
 --     (h:ended([timeout]), blocking); spawn's pass also takes {file = path[, optional = true]}
 local core = require "rlm.core.sys"
+local processes = require "rlm.core.proc"
 local async = require "rlm.async"
 
 local M = setmetatable({}, {__index = core})
+M.spawn, M.kill = processes.spawn, processes.kill
 
 M.sleep = async.sleep
 
@@ -98,7 +100,7 @@ end
 -- says cut = true), and spawn's pass, uid, gid and rlimits.
 function M.run(argv, opts)
   opts = opts or {}
-  local proc, err = core.spawn{argv = argv, env = opts.env, cwd = opts.cwd,
+  local proc, err = processes.spawn{argv = argv, env = opts.env, cwd = opts.cwd,
                                stdin = opts.input and "pipe" or "null", pass = opts.pass,
                                uid = opts.uid, gid = opts.gid, rlimits = opts.rlimits}
   if not proc then return nil, err end

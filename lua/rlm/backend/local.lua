@@ -16,7 +16,7 @@
 --     the sandbox's uid 1000 to that uid, not to 0;
 --   * no capabilities (--cap-drop ALL), no further user namespaces (--disable-userns), and a
 --     seccomp filter (rlm.core.sandbox) against the kernel surface Python never needs;
---   * only fds 0-2 and the ones handed over reach bwrap (rlm.core.sys spawn), and bwrap runs
+--   * only fds 0-2 and the ones handed over reach bwrap (rlm.core.proc spawn), and bwrap runs
 --     with a fixed environment: `env` reaches only the process inside, through --args;
 --   * resource limits (rlm.limits) as rlimits, tmpfs sizes and a watch on the workspace;
 --   * host-side file operations resolve paths beneath the workspace without following
