@@ -80,7 +80,11 @@ end
 -- the results it printed).
 local function run_child(f)
   local argv = {T.rlm, "run", "tests/run.lua", "--file", f, table.unpack(patterns)}
-  local proc = assert(sys.spawn{argv = argv, stdin = "null", stderr = "inherit"})
+  local proc, err = sys.spawn{argv = argv, stdin = "null", stderr = "inherit"}
+  if not proc then
+    print(string.format("FAIL  %s: its run could not start: %s", f, err))
+    return 0, {f .. ": (its run could not start)"}, 0
+  end
   local deadline = sys.now() + FILE_TIMEOUT
   local passed, failed, skipped, reported = 0, {}, 0, false
   local seen = {ok = 0, skip = 0}

@@ -89,7 +89,7 @@ function T.server(argv, timeout)
   full[#full + 1] = "0"
   local proc = assert(sys.spawn{argv = full, stdin = "null", stderr = "inherit"})
   T.defer(function() proc:kill("TERM"); sys.wait(proc, 10); proc:close() end)
-  local line, err = sys.read_line(proc, timeout or 10)
+  local line, err = sys.read_line(proc, timeout or 60)
   if not line then error("server " .. argv[1] .. " did not start: " .. tostring(err), 2) end
   local url = line:match("^READY (http://127%.0%.0%.1:%d+)$")
   if not url then error("server " .. argv[1] .. " printed " .. show(line) .. " instead of READY", 2) end

@@ -102,7 +102,7 @@ end
 tests["SIGINT interrupts a running script with exit status 130"] = function()
   local proc = assert(sys.spawn{argv = {T.rlm, "-e", "print('started') io.stdout:flush() require('rlm.sys').sleep(30)"},
                                 stdin = "null"})
-  T.eq(sys.read_line(proc, 5), "started")
+  T.eq(sys.read_line(proc, 60), "started")
   proc:kill("INT")
   local how, code = sys.wait(proc, 5)
   T.eq(how, "exit")

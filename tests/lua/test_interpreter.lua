@@ -254,7 +254,7 @@ print(i.sandbox.root .. " " .. i:pid())
 io.stdout:flush()
 ]] .. after}, stdin = "pipe", stderr = "pipe", env = env})
   T.defer(function() proc:close() end)
-  local line = assert(sys.read_line(proc, 10))
+  local line = assert(sys.read_line(proc, 60))
   local root, pid = line:match("^(%S+) (%d+)$")
   T.truthy(sys.stat(root), "the sandbox exists while it runs")
   return proc, root, pid

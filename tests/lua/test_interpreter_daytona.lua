@@ -309,7 +309,7 @@ i:execute("import time\ntime.sleep(30)")
     local proc = assert(sys.spawn{argv = {T.rlm, "run", script}, env = host_env(s),
                                   stdin = "null", stderr = "pipe"})
     T.defer(function() proc:kill("KILL"); proc:close() end)
-    local id = assert(sys.read_line(proc, 10))
+    local id = assert(sys.read_line(proc, 60))
     T.eq(stats(s).sandboxes, {id}, "the sandbox exists while the code runs")
     local deadline = sys.now() + 5
     while requests(s, "POST /toolbox/{sid}/process/execute") == 0 and sys.now() < deadline do

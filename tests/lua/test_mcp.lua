@@ -375,7 +375,7 @@ local function http_server(env, address)
   local proc = assert(sys.spawn{argv = {T.rlm, "mcp", "--fixtures", "tests/mcp/fixtures.lua", "--http", address or "127.0.0.1:0"},
                                 stdin = "null", stderr = "pipe", env = env})
   T.defer(function() proc:kill("TERM"); sys.wait(proc, 2); proc:close() end)
-  local line = sys.read_line(proc, 10)
+  local line = sys.read_line(proc, 60)
   local url = line and line:match("^READY (http://127%.0%.0%.1:%d+)$")
   if not url then error("no READY line: " .. tostring(line) .. " " .. proc:read("stderr")) end
   return url .. "/mcp", proc
@@ -553,10 +553,10 @@ tests["2025-03-26 sessions take JSON-RPC batches, over stdio and HTTP"] = functi
   local proc = assert(sys.spawn{argv = {T.rlm, "mcp"}, stdin = "pipe", stderr = "pipe"})
   T.defer(function() proc:kill("KILL"); sys.wait(proc, 2); proc:close() end)
   proc:write(json.encode(old) .. "\n")
-  T.eq(json.decode(assert(sys.read_line(proc, 10))).result.protocolVersion, "2025-03-26")
+  T.eq(json.decode(assert(sys.read_line(proc, 60))).result.protocolVersion, "2025-03-26")
   proc:write('[{"jsonrpc":"2.0","method":"notifications/initialized"},' ..
              '{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/list"}]\n')
-  local replies = json.decode(assert(sys.read_line(proc, 10)))
+  local replies = json.decode(assert(sys.read_line(proc, 60)))
   T.eq(#replies, 2)
   T.eq(replies[1].id, 1)
   T.truthy(#replies[2].result.tools >= 11)

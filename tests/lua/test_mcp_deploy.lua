@@ -15,6 +15,15 @@ local ANTHROPIC_KEY = "sk-ant-deploy-5ecret-0123456789"
 -- Every output of every command a case ran, searched for keys at its end.
 local outputs = {}
 
+-- A deployed server is reached through its sandbox's preview URL, which the stand-in serves by
+-- entering the sandbox's network namespace: setns needs CAP_SYS_ADMIN, which only root has.
+local function need_root()
+  if sys.getuid() ~= 0 then
+    T.skip("needs root: as an ordinary user the Daytona stand-in cannot enter a sandbox's network "
+           .. "namespace (setns needs CAP_SYS_ADMIN), so a deployed server's preview URL never answers")
+  end
+end
+
 local function deploy(env, ...)
   local r = T.run_rlm({"mcp", "deploy", ...}, {env = env, timeout = 180})
   outputs[#outputs + 1] = r.stdout .. r.stderr
@@ -57,6 +66,7 @@ local function processes_with(s, text)
 end
 
 tests["deploy: served through the preview URL with both tokens; stop, restart, delete; no key shown"] = function()
+  need_root()
   local s = D.standin()
   local env = D.env(s, {OPENAI_API_KEY = OPENAI_KEY, ANTHROPIC_API_KEY = ANTHROPIC_KEY})
   local r = deploy(env, "--name", "team", "--json")
@@ -139,6 +149,7 @@ tests["deploy: served through the preview URL with both tokens; stop, restart, d
 end
 
 tests["deploy: --backend local where bubblewrap cannot run says why and leaves no sandbox"] = function()
+  need_root()
   local s = D.standin()
   local r = deploy(D.env(s, {OPENAI_API_KEY = OPENAI_KEY}), "--backend", "local")
   T.eq(r.code, 1)
@@ -149,6 +160,7 @@ tests["deploy: --backend local where bubblewrap cannot run says why and leaves n
 end
 
 tests["deploy: a deployment with other keys is not silently reused"] = function()
+  need_root()
   local s = D.standin()
   local r = deploy(D.env(s, {OPENAI_API_KEY = OPENAI_KEY}), "--backend", "daytona", "--json")
   T.eq(r.code, 0, r.stderr)

@@ -55,11 +55,11 @@ tests["spawn with pipes, stdin, exit codes"] = function()
 
   local p = assert(sys.spawn{argv = {"/bin/sh", "-c", "while read l; do echo got:$l; done"}})
   p:write("one\n")
-  T.eq(sys.read_line(p, 5), "got:one")
+  T.eq(sys.read_line(p, 60), "got:one")
   p:write("two\n")
-  T.eq(sys.read_line(p, 5), "got:two")
+  T.eq(sys.read_line(p, 60), "got:two")
   p:close_stdin()
-  local line, why = sys.read_line(p, 5)
+  local line, why = sys.read_line(p, 60)
   T.eq(line, nil)
   T.eq(why, "eof")
   T.eq(select("#", sys.wait(p, 5)), 2)
@@ -104,7 +104,7 @@ end
 
 tests["closing a process kills its whole group"] = function()
   local p = assert(sys.spawn{argv = {"/bin/sh", "-c", "sleep 30 & echo $!; wait"}})
-  local child = tonumber(sys.read_line(p, 5))
+  local child = tonumber(sys.read_line(p, 60))
   p:close()
   -- Gone, or a zombie waiting for init to reap it, once the kill has landed (a loaded machine
   -- may take a moment); never still running.
@@ -147,7 +147,7 @@ end
 
 tests["pidfd follows a process that is not a child to its end"] = function()
   local p = assert(sys.spawn{argv = {"/bin/sh", "-c", "sleep 30 & echo $!; wait"}})
-  local grandchild = tonumber(sys.read_line(p, 5))
+  local grandchild = tonumber(sys.read_line(p, 60))
   local h = assert(sys.pidfd(grandchild))
   T.eq(h:ended(), false)
   T.eq(h:ended(0.05), false, "still running")
@@ -296,8 +296,8 @@ for _ in range(1024):
 os.write(2, b"TAIL")
 for _ in range(1024):
     os.write(1, chunk)]]}, max_line = 4 << 20, max_stderr = 4096})
-  T.eq(sys.read_line(p, 10), "first")
-  T.eq(sys.read_line(p, 10), "second")
+  T.eq(sys.read_line(p, 60), "first")
+  T.eq(sys.read_line(p, 60), "second")
   T.eq({sys.read_line(p, 30)}, {nil, "overflow"})
   T.eq(p:overflowed(), true)
   local err = p:read("stderr")
@@ -323,10 +323,10 @@ for _ in range(64 * 1024):
   local body = ("a\nb\0c"):rep(100000)
   assert(p:write(tostring(#body), "\n", body))
   local rss0 = status()
-  T.eq(sys.read_line(p, 10), tostring(#body))
+  T.eq(sys.read_line(p, 60), tostring(#body))
   T.truthy(sys.read_payload(p, #body, 10) == body, "the payload came back changed")
-  T.eq(sys.read_line(p, 10), "after")
-  T.eq(#sys.read_line(p, 10), 1023)
+  T.eq(sys.read_line(p, 60), "after")
+  T.eq(#sys.read_line(p, 60), 1023)
   sys.sleep(0.3)   -- 64 MiB of lines wait in the child, not in rlm
   T.truthy(status() - rss0 < 16 * 1024, ("rlm grew by %d KiB"):format(status() - rss0))
   p:close()
@@ -395,7 +395,7 @@ function()
   -- a bare name is looked up on the PATH of the env given, and rlm's own stays as it was
   local path, before = sys.getenv("PATH"), sys.environ()
   local p = assert(sys.spawn{argv = {"sh", "-c", "echo $X"}, env = {X = "given", PATH = "/usr/bin:/bin"}})
-  T.eq(sys.read_line(p, 5), "given")
+  T.eq(sys.read_line(p, 60), "given")
   p:close()
   local none, err = sys.spawn{argv = {"sh", "-c", "true"}, env = {PATH = "/nonexistent"}}
   T.eq(none, nil)
@@ -411,7 +411,7 @@ function()
                         {argv = {dir .. "/bare-script", "a b"}, env = {X = "with-env"}},
                         {argv = {"bare-script", "a b"}, env = {X = "by-name", PATH = "/nonexistent:" .. dir}}} do
     local q = assert(sys.spawn(opts))
-    T.eq(sys.read_line(q, 5), ("ran a b %s"):format(opts.env and opts.env.X or ""):gsub(" $", ""))
+    T.eq(sys.read_line(q, 60), ("ran a b %s"):format(opts.env and opts.env.X or ""):gsub(" $", ""))
     q:close()
   end
 end
@@ -430,7 +430,7 @@ print("not interrupted")
 ]])
   for _ = 1, 3 do
     local p = assert(sys.spawn{argv = {T.rlm, "run", script}})
-    T.eq(sys.read_line(p, 10), "started")
+    T.eq(sys.read_line(p, 60), "started")
     sys.sleep(0.05 + math.random() * 0.1)
     p:kill("TERM")
     T.eq({sys.wait(p, 10)}, {"exit", 143})

@@ -44,7 +44,7 @@ async function startServer() {
     new Promise((resolve) => lines.once('line', resolve)),
     new Promise((_, reject) => proc.once('exit', (code) => reject(new Error(`stand-in exited with ${code}`)))),
     new Promise((_, reject) => {
-      timer = setTimeout(() => reject(new Error('stand-in did not print READY in 10 s')), 10000);
+      timer = setTimeout(() => reject(new Error('stand-in did not print READY in 60 s')), 60000);
     }),
   ]).finally(() => clearTimeout(timer));
   const m = /^READY (http:\/\/127\.0\.0\.1:\d+)$/.exec(first);

@@ -32,7 +32,7 @@ async function startReady(argv, env) {
   const first = await Promise.race([
     new Promise((resolve) => lines.once('line', resolve)),
     new Promise((_, reject) => proc.once('exit', (code) => reject(new Error(`${argv[0]} exited with ${code}`)))),
-    new Promise((_, reject) => { timer = setTimeout(() => reject(new Error(`${argv[0]} printed no READY in 10 s`)), 10000); }),
+    new Promise((_, reject) => { timer = setTimeout(() => reject(new Error(`${argv[0]} printed no READY in 60 s`)), 60000); }),
   ]).finally(() => clearTimeout(timer));
   const m = /^READY (http:\/\/127\.0\.0\.1:\d+)$/.exec(first);
   assert.ok(m, `${argv[0]} printed ${JSON.stringify(first)} instead of READY`);
