@@ -106,8 +106,8 @@ Execute semantics
   at most 50 of them, so the event stays small and quick whatever the code defines;
   variables_more counts the namespace's names after the last one listed (modules among them:
   counting them out would mean walking every global on every execute). SHOW_VARS() lists all.
-  A value whose __len__ or __repr__ raises while it is listed shows "<unlistable: Type>" or
-  "<Type: repr failed with E>". A workspace file named like a standard module (re.py) never
+  A value whose __len__ raises while it is listed has size null; one whose __repr__ raises,
+  the preview "<Type: repr failed with E>". A workspace file named like a standard module (re.py) never
   replaces it in the driver's own work (tracebacks).
 - --capture-dir DIR: where the stdout/stderr capture files live (default $TMPDIR or /tmp). The
   local sandbox gives it a tmpfs of its own, so its size caps what one execute may print.

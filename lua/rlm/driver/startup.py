@@ -217,11 +217,8 @@ def main(argv):
     write_all(real_out, (encode(ready) + "\n").encode())
     try:
         session.serve_forever()
-    except BaseException as e:
-        try:
-            report = stdlib_modules("traceback")[0].format_exc()
-        except BaseException:   # the code broke the traceback module's way in: the bare error
-            report = error_text(e) + "\n"
+    except BaseException:
+        report = stdlib_modules("traceback")[0].format_exc()
         write_all(real_err, ("rlm driver crashed:\n" + report).encode("utf-8", "replace"))
         transport.close()
         return 70
