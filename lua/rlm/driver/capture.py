@@ -2,11 +2,20 @@
 # Capture (lua/rlm/driver/capture.py): fd 1 and fd 2 of the code, into files read after each
 # block, losing nothing of writers that outlive their block.
 
+READ_CHUNK = 1 << 20
+# A capture file keeps growing (Capture.let_go): what was taken is freed once it reaches this
+# many bytes, and the file starts again from empty past CAPTURE_REWIND (or half of
+# limits.file_size, if smaller).
+CAPTURE_PUNCH = 16 << 10
+CAPTURE_REWIND = 256 << 20
+PAGE_SIZE = posix.sysconf("SC_PAGE_SIZE")
+UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
+
 
 def punch_hole(fd, begin, end):
     """Frees bytes [begin, end) of a file (whole pages) without changing its size or any
     offset: MADV_REMOVE on a shared mapping of them (tmpfs, and the file systems that punch
-    holes). False where that cannot be done. mmap is imported only now: it costs 0.7 ms."""
+    holes). False where that cannot be done. mmap is imported only when needed."""
     if end <= begin:
         return True
     try:

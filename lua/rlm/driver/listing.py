@@ -1,6 +1,15 @@
 # ---------------------------------------------------------------------------------------------
 # Listing (lua/rlm/driver/listing.py): the variables of a done event and of SHOW_VARS().
 
+PREVIEW_CHARS = 100
+PREVIEW_ITEMS = 8
+# Variables listed in each done event; the rest are counted (variables_more). A turn's prompt
+# names as many, and building rows is the costly part: with many globals, listing them all
+# would grow every execute; the listing stops after these and the count is len() arithmetic.
+MAX_VARIABLES = 50
+# The names a module starts with: skipped by the variables listing without slicing each one.
+MODULE_NAMES = frozenset(vars(ModuleType("__main__"))) | {"__builtins__"}
+
 # Types whose values have no length and a short repr (an int's may fail past 4,300 digits:
 # preview() catches that).
 SCALARS = frozenset((int, float, bool, type(None)))
@@ -57,7 +66,7 @@ def preview(value):
 
 
 
-# A variables row by format: twice as fast as the encoder's walk of 50 dicts. A scalar's type
+# A variables row by format, quicker than the encoder's walk of a dict per row. A scalar's type
 # name and repr (digits, True, None, inf) need no escaping.
 ROW = '{"name":%s,"type":%s,"size":%s,"preview":%s}'
 SCALAR_ROW = '{"name":%s,"type":"%s","size":null,"preview":"%s"}'

@@ -120,49 +120,18 @@ reply. --client prints the one event line and exits 0, or exits 2 with a message
 import builtins
 import fcntl
 import io
-import posix   # what the driver needs of os, which would cost 1.5 ms of each start
+import posix   # what the driver needs of os, without importing os at every start
 import sys
 import time
 import _signal
 import _thread
 from time import monotonic   # the driver's own: code may replace time.monotonic (freezegun)
-from _frozen_importlib_external import PathFinder   # importlib.machinery's, without its 0.8 ms
+from _frozen_importlib_external import PathFinder   # importlib.machinery's, without its imports
 
 DEFAULT_OUTPUT_CHARS = 10000
 DEFAULT_OUTPUT_NAMES = ["answer"]   # shared: never changed in place
-PREVIEW_CHARS = 100
-PREVIEW_ITEMS = 8
-# Variables listed in each done event; the rest are counted (variables_more). A turn's prompt
-# names as many, and building rows is the costly part: with 10,000 globals, listing them all
-# took 28 ms an execute; the listing stops after these and the count is len() arithmetic.
-MAX_VARIABLES = 50
-READ_CHUNK = 1 << 20
-# A capture file keeps growing (Capture.let_go): what was taken is freed once it reaches this
-# many bytes, and the file starts again from empty past CAPTURE_REWIND (or half of
-# limits.file_size, if smaller).
-CAPTURE_PUNCH = 16 << 10
-CAPTURE_REWIND = 256 << 20
-PAGE_SIZE = posix.sysconf("SC_PAGE_SIZE")
-HIGH_FD_MIN = 100   # the driver's own descriptors: see moved_high
-# Memory held back for the driver's own work after user code ran out (under limits.memory the
-# code's data stays alive in its globals): released when a block ends in MemoryError. The limit
-# counts address space, so bytes() (calloc: pages never touched) holds it back for free, where
-# a bytearray's zeroing cost 6 ms of every start.
-RESERVE_BYTES = 8 << 20
-TIMER_SLACK = 0.05   # seconds a timeout may fire late, at most a tenth of it (Session.arm_timer)
-# A client that connects but never sends must not wedge the server for good.
-CONNECTION_TIMEOUT = 60.0
-UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
 ModuleType = type(sys)
 MISSING = object()
-# The fields of the common execute request: one with no others keeps the driver's settings.
-PLAIN_EXECUTE = frozenset(("op", "id", "timeout", "code"))
-# The names a module starts with: skipped by the variables listing without slicing each one.
-MODULE_NAMES = frozenset(vars(ModuleType("__main__"))) | {"__builtins__"}
-DRIVER_GLOBALS = globals()
-# The standard library's folders: what sys.path holds at start, but the working directory
-# ("" under -c), which main() puts first for the code's imports.
-STDLIB_PATH = [p for p in sys.path if p]
 JSON_SPACE = " \t\n\r"
 
 
@@ -185,7 +154,7 @@ def json_default(value):
 
 
 # JSON straight from the C accelerator the json package wraps: importing the package pulls in
-# re and enum, about 10 ms of every sandbox's start. The package itself where the accelerator
+# re and enum, a large part of a sandbox's start. The package itself where the accelerator
 # is missing or takes other arguments (another Python).
 def c_codec():
     from _json import encode_basestring_ascii, make_encoder, make_scanner
@@ -241,7 +210,7 @@ except (ImportError, TypeError):
 
 # An int of more digits than a double can hold (the host reads JSON numbers as doubles or
 # 64-bit integers; 10**400 would be infinite there). Found by walking the value, which costs
-# per item, not per byte: a regex over the encoded text took a second for 100 MB.
+# per item, not per byte (a regex over the encoded text costs per byte).
 DOUBLE_MAX = 10 ** 308
 
 

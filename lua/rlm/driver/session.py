@@ -2,6 +2,15 @@
 # Session (lua/rlm/driver/session.py): the namespace, the request loop, running a block under
 # its timer and reporting it.
 
+# Memory held back for the driver's own work after user code ran out (under limits.memory the
+# code's data stays alive in its globals): released when a block ends in MemoryError. The limit
+# counts address space, so bytes() (calloc: pages never touched) holds it back for free, where
+# a bytearray would be zeroed at every start.
+RESERVE_BYTES = 8 << 20
+TIMER_SLACK = 0.05   # seconds a timeout may fire late, at most a tenth of it (Session.arm_timer)
+# The fields of the common execute request: one with no others keeps the driver's settings.
+PLAIN_EXECUTE = frozenset(("op", "id", "timeout", "code"))
+
 class Session:
     def __init__(self, transport, capture_dir, settings=None):
         self.transport = transport

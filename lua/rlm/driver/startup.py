@@ -94,7 +94,7 @@ def wait_ready(prefix, timeout):
 class SiteOnDemand:
     """The path finder's stand-in, just before it, in a driver started with -S (the local
     backend starts it so): site (its folders, the .pth files in them and the imports those
-    make) costs milliseconds of every sandbox's start, and most cells import only the standard
+    make) is a good part of every sandbox's start, and most cells import only the standard
     library. A top-level import that the path finder cannot find, or finds only as a namespace
     package (a folder of the same name in the working directory would hide an installed
     package), runs site, as the start would have, and is looked for again; so does the first
@@ -155,7 +155,7 @@ PLATFORM_PROBES = getattr(sys, "stdlib_module_names", frozenset(
 
 class SiteBuiltin:
     """Stands for a builtin site sets (exit, help, ...) until it is used: importing site
-    imports os, 1.5 ms of a start. Used, it has site set the real one and acts as it."""
+    imports os, which the start otherwise does without. Used, it has site set the real one and acts as it."""
 
     def __init__(self, name, setter):
         self.name, self.setter = name, setter

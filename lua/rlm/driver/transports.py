@@ -2,6 +2,10 @@
 # Transports (lua/rlm/driver/transports.py): read() -> one request line (None at EOF),
 # send(line), close().
 
+HIGH_FD_MIN = 100   # the driver's own descriptors: see moved_high
+# A client that connects but never sends must not wedge the server for good.
+CONNECTION_TIMEOUT = 60.0
+
 
 def moved_high(fd):
     """fd moved to HIGH_FD_MIN or above, close-on-exec: away from the numbers the code's own
