@@ -76,7 +76,9 @@ Execute semantics
   protocol. The code itself runs in the driver's process and could (the host trusts no event
   beyond its own checks); a process it forks gets no protocol (its calls fail) and ends with its
   block. Ctrl-C (SIGINT, _thread.interrupt_main) raises KeyboardInterrupt in a running block
-  and is dropped between blocks and while a call waits for its reply. A trace or profile
+  and is dropped between blocks and while a call waits for its reply. A signal handler of the
+  code's that raises between blocks is dropped too, and with it a request line read just
+  before it ran (the host's timeout then restarts the driver). A trace or profile
   function the code sets (sys.settrace) lasts until its block ends. Output longer than max_output_chars keeps
   head and tail around a line `... [N characters cut] ...`; stdout_chars/stderr_chars count
   every character (for invalid UTF-8 the count is of lead bytes). Text is decoded as UTF-8

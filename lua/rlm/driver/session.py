@@ -128,30 +128,34 @@ class Session:
     def serve_forever(self):
         while True:
             try:
-                req = self.next_request()
+                self.serve_one()
             except BaseException as e:
                 if not raised_by_code(e):
                     raise
-                continue   # a signal handler of the code's raised while the driver waited
-            if req is None:
-                continue
-            op = req.get("op")
-            payloads = ()
-            if op == "execute":
-                line, payloads = self.execute(req)
-            elif op == "reset":
-                line = self.reset()
-            elif op == "reply":
-                line = error_line("no code is waiting for a reply")
-            else:
-                line = error_line(f"unknown op {op!r}")
-            self.transport.send(line, payloads)
-            if op == "execute":
-                # Once the event is on its way, while the host reads it: fd 1 and fd 2 are
-                # put back for the next block (one dup2 each, where checking them would cost
-                # a stat each on the round trip's path).
-                self.stdout.reattach()
-                self.stderr.reattach()
+                # A signal handler of the code's raised between blocks: dropped. (A request
+                # line read just before it ran is lost with it; the host's timeout ends that.)
+
+    def serve_one(self):
+        req = self.next_request()
+        if req is None:
+            return
+        op = req.get("op")
+        payloads = ()
+        if op == "execute":
+            line, payloads = self.execute(req)
+        elif op == "reset":
+            line = self.reset()
+        elif op == "reply":
+            line = error_line("no code is waiting for a reply")
+        else:
+            line = error_line(f"unknown op {op!r}")
+        self.transport.send(line, payloads)
+        if op == "execute":
+            # Once the event is on its way, while the host reads it: fd 1 and fd 2 are put
+            # back for the next block (one dup2 each, where checking them would cost a stat
+            # each on the round trip's path).
+            self.stdout.reattach()
+            self.stderr.reattach()
 
     def reset(self):
         self.new_namespace()
