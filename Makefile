@@ -20,8 +20,13 @@ HOST_OBJ := $(HOST_SRC:host/%.c=build/%.o) build/seccomp_bpf.o
 # The Lua bindings, one host/l<name>.c each, registered as rlm.core.<name>. Listed by hand: a
 # plain C file whose name happens to start with "l" (loop.c) is not a binding.
 BINDINGS := daytona host http httpd json llm loop proc redact sandbox stdio sys
-# Everything under lua/ and skills/ ships inside the binary.
-EMBED    := $(shell find lua skills -type f ! -name '*~' ! -path '*/__pycache__/*' 2>/dev/null | LC_ALL=C sort)
+# The sandbox's Python driver ships as one file, lua/rlm/driver.py, joined from its parts in this
+# order (the docstring, the protocol's reference, comes first); the parts are not embedded.
+DRIVER_PARTS := $(addprefix lua/rlm/driver/,protocol.py transports.py capture.py listing.py \
+  cells.py session.py calls.py startup.py)
+# Everything else under lua/ and skills/ ships inside the binary ($(sort): C byte order).
+EMBED    := $(sort lua/rlm/driver.py $(filter-out lua/rlm/driver/%,\
+  $(shell find lua skills -type f ! -name '*~' ! -path '*/__pycache__/*' 2>/dev/null)))
 CHECK_SRC := $(wildcard tests/check_*.c)
 SUITES   := $(patsubst tests/check_%.c,%,$(filter-out tests/check_main.c,$(CHECK_SRC)))
 
@@ -50,6 +55,9 @@ build/seccomp_bpf.c: build/seccomp_gen
 
 build/seccomp_bpf.o: build/seccomp_bpf.c host/seccomp.h
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+lua/rlm/driver.py: $(DRIVER_PARTS) Makefile
+	awk 'FNR == 1 && NR > 1 { print "\n" } { print }' $(DRIVER_PARTS) > $@.tmp && mv $@.tmp $@
 
 build/embedded.c: build/bin2c $(EMBED) | build/.dir
 	build/bin2c $(EMBED) > $@
@@ -102,7 +110,7 @@ isolation: rlm
 bounded = timeout --kill-after=30 $(1) $(2) || { s=$$?; [ $$s -ne 124 ] && [ $$s -ne 137 ] || \
   echo "$@: did not finish within $(1) s" >&2; exit $$s; }
 
-pytest:
+pytest: lua/rlm/driver.py
 	@$(call bounded,1200,/usr/bin/python3 -m unittest discover -s tests/py)
 
 sdktest:
@@ -163,4 +171,4 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/rlm $(DESTDIR)$(PREFIX)/share/man/man1/rlm.1
 
 clean:
-	rm -rf build rlm
+	rm -rf build rlm lua/rlm/driver.py
