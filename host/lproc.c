@@ -358,7 +358,7 @@ static void release_written(lua_State *L, struct process *p)
 }
 
 /* Children killed by a release that had not exited by then. A release need not wait for them
- * (about 0.3 ms: the exit runs on another CPU, which first has to wake): each is reaped by the
+ * (the exit runs on another CPU, which first has to wake): each is reaped by the
  * loop when its pidfd says it has ended, or at a later spawn or release, or by init when rlm
  * ends. Killed, they hold nothing but a pid. A free slot has pid 0. */
 #define MAX_UNREAPED 64

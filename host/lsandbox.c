@@ -46,8 +46,8 @@ static int fail(lua_State *L, const char *what, int e)
 
 /* ---------- seccomp ---------- */
 
-/* The program is built from the rules in host/seccomp.c when rlm is built (build/seccomp_gen):
- * building it at run time cost every process that starts a sandbox 0.7 ms. */
+/* The program is built from the rules in host/seccomp.c when rlm is built (build/seccomp_gen),
+ * not at run time in every process that starts a sandbox. */
 static int l_seccomp_filter(lua_State *L)
 {
     lua_pushlstring(L, (const char *)seccomp_bpf, seccomp_bpf_len);

@@ -1,7 +1,8 @@
 /* seccomp.c — build/seccomp_gen: compiles the local sandbox's system-call filter with
  * libseccomp and prints it as C (build/seccomp_bpf.c), so that rlm carries the program ready
- * made instead of building it in every process (0.7 ms). libseccomp's compiler is used rather
- * than hand-written BPF: it handles every architecture and ABI of the build machine correctly.
+ * made instead of building it in every process that starts a sandbox. libseccomp's compiler
+ * is used rather than hand-written BPF: it handles every architecture and ABI of the build
+ * machine correctly.
  * bwrap installs the program (--seccomp FD); host/lsandbox.c hands it over. */
 #include <errno.h>
 #include <sched.h>
