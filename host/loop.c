@@ -385,20 +385,29 @@ static void drain_done(loop *lp)
     }
 }
 
+/* The due timer that is due first, or ntimers when none is due. */
+static size_t first_due(const loop *lp, double now)
+{
+    size_t first = lp->ntimers;
+    for (size_t i = 0; i < lp->ntimers; i++) {
+        double due = lp->timers[i].due;
+        if (due <= now && (first == lp->ntimers || due < lp->timers[first].due))
+            first = i;
+    }
+    return first;
+}
+
+/* Fires the due timers earliest first: several come due at one poll when the machine is busy. */
 static void fire_timers(loop *lp)
 {
     double now = loop_now_ms();
-    for (size_t i = 0; i < lp->ntimers;) {
-        if (lp->timers[i].due <= now) {
-            struct timer t = lp->timers[i];
-            lp->timers[i] = lp->timers[--lp->ntimers];
-            if (t.fn)
-                t.fn(t.ud);
-            else
-                loop_ready(lp, t.id);
-        } else {
-            i++;
-        }
+    for (size_t i; (i = first_due(lp, now)) < lp->ntimers;) {
+        struct timer t = lp->timers[i];
+        lp->timers[i] = lp->timers[--lp->ntimers];
+        if (t.fn)
+            t.fn(t.ud);
+        else
+            loop_ready(lp, t.id);
     }
 }
 
