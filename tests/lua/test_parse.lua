@@ -47,7 +47,7 @@ end
 tests["thinking sections are never run"] = function()
   local draft = "<think>\nMaybe:\n```python\nos.remove('data')\n```\nNo.\n</think>\n"
   T.eq(parse.reply(draft .. "```repl\nprint(1)\n```").code, {"print(1)"})
-  T.eq(parse.reply("<thinking>```repl\nbad()\n```</thinking>ok\n```repl\ngood()\n```").code,
+  T.eq(parse.reply("<thinking>\n```repl\nbad()\n```\n</thinking>ok\n```repl\ngood()\n```").code,
        {"good()"})
   -- the template opened the section in the prompt: everything before a lone </think>
   T.eq(parse.reply("draft\n```repl\nbad()\n```\n</think>\n```repl\ngood()\n```").code,
@@ -55,6 +55,17 @@ tests["thinking sections are never run"] = function()
   -- an unclosed section (the reply was cut while thinking) runs nothing
   T.eq(parse.reply("```repl\ngood()\n```\n<think>\n```repl\nbad()\n```").code, {"good()"})
   T.eq(parse.final("<think>FINAL(guess)</think>\nstill working"), nil)
+end
+
+-- Cleaning a reasoning model's answers is ordinary RLM work: the tags inside code are strings.
+tests["thinking tags inside code are code"] = function()
+  local code = 'clean = re.sub(r"<think>.*?</think>", "", s)\nprint(s.count("<think>"))\n'
+    .. 'tail = r.split("</think>")[-1]'
+  T.eq(parse.reply("```repl\n" .. code .. "\n```\nFINAL_VAR(tail)").code, {code})
+  T.eq(parse.final("```repl\n" .. code .. "\n```\nFINAL_VAR(tail)"), {var = "tail"})
+  T.eq(parse.reply("Here it is: ```repl\nx = 1\n```").code, {"x = 1"}, "a fence after text")
+  T.eq(parse.reply("```repl\n\n```\n```python\ny = 2\n```").code, {"y = 2"},
+       "an empty repl block does not silence the others")
 end
 
 tests["a fence indented inside a list is dedented, and its end is found"] = function()

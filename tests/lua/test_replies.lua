@@ -86,7 +86,7 @@ tests["blocks after a failing block are skipped, and the model is told"] = funct
   T.eq(r.stdout, "told\n")
   T.contains(outputs, "ONE")
   T.truthy(not outputs:find("TWO", 1, true), "block 2 did not run")
-  T.contains(outputs, "Block 1 raised an error, so the 2 block(s) after it did not run.")
+  T.contains(outputs, "A block raised an error, so the 2 block(s) after it did not run.")
 end
 
 return tests

@@ -22,7 +22,7 @@ local RUN_OPTIONS = {task = "string", context = "any", model = "string", sub_mod
   child_budget = "any",
   sub_models = "table", prices = "table", prices_file = "string", context_windows = "table",
   context_window = "number", resume = "any", cache = "any", child_max_iterations = "number",
-  history = "any",
+  history = "any", prompt_cache = "any",
   -- internal: a child run's share of its parent
   _budget = "any", _depth = "any", _trace = "any", _parent = "any", _replay = "any", _append = "any"}
 
@@ -147,8 +147,8 @@ function Run:run_code(blocks, final, notes)
     end
     if r.error then
       if i < #blocks then
-        notes[#notes + 1] = ("Block %d raised an error, so the %d block(s) after it did not run.")
-          :format(i, #blocks - i)
+        notes[#notes + 1] = ("A block raised an error, so the %d block(s) after it did not run.")
+          :format(#blocks - i)
       end
       break
     end
@@ -378,6 +378,9 @@ function M.new_run(opts)
   if opts.child_budget ~= nil then self.budget:child(opts.child_budget) end   -- misuse shows now
   self.context_window = opts.context_window
     or llm.context_window(llm.label(model), opts.context_windows)
+  if self.prompt_cache ~= "auto" and type(self.prompt_cache) ~= "boolean" then
+    error('prompt_cache must be "auto", true or false', 0)
+  end
   if self.final_beside_code ~= "wait" and self.final_beside_code ~= "accept" then
     error('final_beside_code must be "wait" or "accept"', 0)
   end

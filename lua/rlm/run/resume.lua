@@ -18,10 +18,11 @@ function Run:turn_reply(messages)
     self.budget:add_spent({input_tokens = u.input_tokens, output_tokens = u.output_tokens,
                            cost = self:cost_of(llm.label(self.model), u)}, llm.label(self.model))
     self.budget:add_spent(recorded.sub_usage, "recorded sub-calls")
-    return {text = recorded.reply, usage = recorded.usage}, nil, nil, recorded
+    return {text = recorded.reply, usage = recorded.usage, finish_reason = recorded.finish_reason},
+      nil, nil, recorded
   end
   self.recorded_calls = nil
-  return self:model_call(self.model, {system = self.system, messages = messages})
+  return self:model_call(self.model, {system = self.system, messages = messages}, {turn = true})
 end
 
 -- The differences between a replayed turn's outputs and the recording's.
