@@ -6,8 +6,9 @@
  *     (unless any_host), Origin absent or among origins or http(s)://<one of hosts>, and
  *     "Authorization: Bearer <token>" when a token is set, except on a GET of one of the
  *     open_paths (a health check). A Content-Length over max_body is refused the same way.
- *     max_connections (default 1024) caps the connections open at once: one more is answered
- *     503 with Retry-After, so a client backs off instead of meeting a reset. per_client caps
+ *     max_connections (default 1024) caps the connections open at once: a connection accepted
+ *     past it has its requests answered 503 with Retry-After and is closed, so a client backs
+ *     off instead of meeting a reset, and the connections already open go on. per_client caps
  *     the connections one address may hold (default 0: no cap, as behind a proxy or a
  *     deployment's preview URL every client shares one address).
  *   server:port()   the bound port        server:id()   op id, ready when requests wait
@@ -225,8 +226,10 @@ static enum MHD_Result queue_plain(struct MHD_Connection *c, unsigned status, co
     if (res == NULL)
         return MHD_NO;
     MHD_add_response_header(res, "Content-Type", "text/plain");
-    if (status == 503)
+    if (status == 503) {
         MHD_add_response_header(res, "Retry-After", RETRY_AFTER);
+        MHD_add_response_header(res, "Connection", "close");
+    }
     if (status == 401)
         MHD_add_response_header(res, "WWW-Authenticate", "Bearer realm=\"rlm\"");
     enum MHD_Result ok = MHD_queue_response(c, status, res);
@@ -283,13 +286,29 @@ static int same_secret(const char *a, const char *b)
 }
 
 /* Why a request may not go on (the status; *why the text), or 0. */
+/* Marks a connection accepted past max_connections (its socket context): only its requests are
+ * refused, so idle connections someone holds open cannot turn away the ones already in use. */
+static char over_the_cap;
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct server *s = cls;
+    if (code != MHD_CONNECTION_NOTIFY_STARTED)
+        return;
+    const union MHD_DaemonInfo *open = MHD_get_daemon_info(s->daemon,
+                                                           MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    if (open && open->num_connections > s->max_connections)
+        *socket_context = &over_the_cap;
+}
+
 static unsigned refusal(struct server *s, struct MHD_Connection *c, const char *url,
                         const char *method, const char **why)
 {
     const struct admission *a = &s->admit;
-    const union MHD_DaemonInfo *open = MHD_get_daemon_info(s->daemon,
-                                                           MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-    if (open && open->num_connections > s->max_connections)
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c,
+                                                                 MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (ci && ci->socket_context == &over_the_cap)
         return *why = "too many connections: retry after a second\n", 503;
     const char *length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (length && strtoull(length, NULL, 10) > s->max_body)
@@ -576,7 +595,10 @@ static int l_listen(lua_State *L)
     s->daemon = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, s,
                                  MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                                 /* an idle connection goes after a minute (a stream's
+                                  * keep-alive comments and a suspended answer are not idle) */
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
                                  MHD_OPTION_CONNECTION_LIMIT,
                                  (unsigned)max_connections + REFUSAL_ROOM,
                                  MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)per_client,

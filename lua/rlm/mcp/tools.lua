@@ -145,6 +145,8 @@ function Server:session_interp(ctx)
   st.lock = st.lock or new_lock()
   local turn = st.lock.acquire()
   if st.interp == nil or st.interp.closed then
+    -- this call runs in a new sandbox: it is the one to say that the old one was freed
+    ctx.sandbox_freed, st.freed_after = st.freed_after, nil
     local ok, interp = pcall(self.interpreter, self, SESSION_LIFETIME)
     if not ok then
       getmetatable(turn).__close()
@@ -174,13 +176,17 @@ function Server:free_sandbox(session, seconds)
   st.interp, st.freed_after = nil, seconds
 end
 
--- A session tool's result, with a note first when the session's sandbox had been freed.
-local function with_freed_note(result, seconds)
+-- A session tool's result, with a note first when the session's sandbox had been freed (and
+-- state_lost in its structured result, where the tool's output schema has it).
+local function with_freed_note(def, result, seconds)
   local note = ("[note] This session's sandbox was idle for more than %s s and was freed: its " ..
     "variables and files are gone, and this call ran in a new one."):format(
     ("%g"):format(seconds))
   table.insert(result.content, 1, {type = "text", text = note})
-  if type(result.structuredContent) == "table" then result.structuredContent.state_lost = true end
+  local schema = def.outputSchema
+  if type(result.structuredContent) == "table" and schema and schema.properties.state_lost then
+    result.structuredContent.state_lost = true
+  end
   return result
 end
 
@@ -534,13 +540,14 @@ local function runner(server, def)
   elseif def.session then
     return function(args, ctx)
       local interp, turn <close> = server:session_interp(ctx)
-      local freed = ctx.state.freed_after
-      ctx.state.freed_after = nil
       local result = def.session(interp, args, server)
-      return freed and with_freed_note(result, freed) or result
+      return ctx.sandbox_freed and with_freed_note(def, result, ctx.sandbox_freed) or result
     end
   end
-  return function(args, ctx) return def.run(server, args, ctx) end
+  return function(args, ctx)
+    local result = def.run(server, args, ctx)
+    return ctx.sandbox_freed and with_freed_note(def, result, ctx.sandbox_freed) or result
+  end
 end
 
 --- The tool set for one server: {list = tools for rlm.mcp.server, close_session = fn}.
