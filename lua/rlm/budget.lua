@@ -46,15 +46,21 @@ end
 --- Cost in USD of usage ({input_tokens, output_tokens, cache_read_tokens,
 -- cache_write_tokens}: input_tokens holds the cached parts) at price (nil: none, costs 0), as
 -- the providers bill it: the input read from a prompt cache at cached_input, the input written
--- to one at cache_write (each the input rate when the price does not say); second result false
+-- to one at write_rate (the input rate and 1.25x it when the price does not say); second result false
 -- when there is no price.
 function M.cost(price, usage)
   if not price or not usage then return 0, price ~= nil end
-  local read, written = usage.cache_read_tokens or 0, usage.cache_write_tokens or 0
-  local plain = (usage.input_tokens or 0) - read - written
-  return (plain * price.input + read * (price.cached_input or price.input)
-    + written * (price.cache_write or price.input) + (usage.output_tokens or 0) * price.output)
-    / 1e6, true
+  local input = usage.input_tokens or 0
+  local read = math.min(usage.cache_read_tokens or 0, input)
+  local written = math.min(usage.cache_write_tokens or 0, input - read)
+  return ((input - read - written) * price.input + read * (price.cached_input or price.input)
+    + written * M.write_rate(price) + (usage.output_tokens or 0) * price.output) / 1e6, true
+end
+
+--- USD per million input tokens written to a prompt cache: the price's cache_write, else 1.25x
+-- input (Anthropic's rate for its 5-minute cache; the providers that report writes bill so).
+function M.write_rate(price)
+  return price.cache_write or price.input * 1.25
 end
 
 local function rate(v, optional)

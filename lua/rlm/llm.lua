@@ -142,14 +142,19 @@ local function prepare_in_batch(endpoints, req)
 end
 
 --- The body fields that let a provider cache the prefix a series of requests shares (a run's
--- turns), under key: a table for a request's `extra`, or nil when the provider has no such
--- field. Anthropic's top-level cache_control marks the request's last block, so each turn
--- writes its prefix and the next reads it (Anthropic's prompt-caching page); OpenAI caches by
--- itself, and prompt_cache_key routes a run's requests to one cache (OpenAI's API reference).
-function M.cache_fields(model, key)
-  local how = M.resolve(model, 2).prompt_cache
-  if how == "breakpoint" then return {cache_control = {type = "ephemeral"}} end
-  if how == "key" then return {prompt_cache_key = key} end
+-- turns), under key: a table for a request's `extra` and whether the input written to the
+-- cache is billed above the input rate; nil when the provider has no such field. Anthropic's
+-- top-level cache_control marks the request's last block, so each turn writes its prefix and
+-- the next reads it (Anthropic's prompt-caching page); OpenAI caches by itself, and
+-- prompt_cache_key routes a run's requests to one cache (OpenAI's API reference). mode "auto"
+-- asks only the provider's own server: a gateway or compatible server behind a *_BASE_URL may
+-- refuse fields it does not know; true asks whatever the URL.
+function M.cache_fields(model, key, mode)
+  local entry = M.resolve(model, 2)
+  local base = env(entry.base_url_env)
+  if mode == "auto" and base and base:gsub("/+$", "") ~= entry.base_url then return nil end
+  if entry.prompt_cache == "breakpoint" then return {cache_control = {type = "ephemeral"}}, true end
+  if entry.prompt_cache == "key" then return {prompt_cache_key = key}, false end
   return nil
 end
 

@@ -8,7 +8,7 @@
 -- A model with no entry costs 0 and is counted in llm.usage() as unpriced.
 -- cached_input: input read from the provider's prompt cache; cache_write: input written to it
 -- (Anthropic bills 1.25x input for its 5-minute cache and 0.1x for reads; OpenAI writes for
--- free). Without them a cached token costs the input rate.
+-- free). Without them a cached token costs the input rate and a written one 1.25x it.
 local function anthropic(input, output)
   return {input = input, output = output, cached_input = input / 10, cache_write = input * 1.25}
 end

@@ -23,7 +23,7 @@ end
 -- A 20-turn run over a 240 KB context on model; returns the result and the stand-in's stats.
 local function twenty_turns(server, model, prices)
   local res = rlm.run{task = "bill", context = ("c"):rep(240 * 1024), model = model,
-                      max_iterations = 20, prices = prices}
+                      max_iterations = 20, prices = prices, prompt_cache = true}
   T.eq(res.reason, "submitted", tostring(res.detail))
   T.eq(res.answer, "19")
   return res, F.stats(server)
@@ -65,15 +65,37 @@ tests["OpenAI: the cached part is priced at the cached rate; the cost is the bil
   T.truthy(type(stats.last_body.prompt_cache_key) == "string", "a run's requests share a key")
 end
 
-tests["prompt_cache = false asks for no caching"] = function()
+tests["prompt_cache = false, or auto behind another base URL, asks for no caching"] = function()
   local server = F.model{rules = {{match = ".", reply = F.code("SUBMIT(answer='x')")}}}
   sys.setenv("ANTHROPIC_BASE_URL", server.url)
   sys.setenv("ANTHROPIC_API_KEY", "sk-test-key-0123456789")
   T.defer(function() sys.setenv("ANTHROPIC_BASE_URL", nil); sys.setenv("ANTHROPIC_API_KEY", nil) end)
-  rlm.run{task = "t", context = "c", model = "anthropic/claude-standin", prompt_cache = false}
-  T.eq(F.stats(server).last_body.cache_control, nil)
-  rlm.run{task = "t", context = "c", model = "openai/gpt-4.1-mini", prompt_cache = false}
-  T.eq(F.stats(server).last_body.prompt_cache_key, nil)
+  for _, mode in ipairs{false, "auto"} do
+    rlm.run{task = "t", context = "c", model = "anthropic/claude-standin", prompt_cache = mode}
+    T.eq(F.stats(server).last_body.cache_control, nil, tostring(mode))
+    rlm.run{task = "t", context = "c", model = "openai/gpt-4.1-mini", prompt_cache = mode}
+    T.eq(F.stats(server).last_body.prompt_cache_key, nil, tostring(mode))
+  end
+end
+
+-- A first turn writes its whole prompt to Anthropic's cache at 1.25x input: a run's cost limit
+-- holds with the reservation priced so.
+tests["with caching asked, a turn is reserved at the cache-write rate"] = function()
+  local server = F.model{rules = {{match = ".", reply = F.code("SUBMIT(answer='x')")}}}
+  sys.setenv("ANTHROPIC_BASE_URL", server.url)
+  sys.setenv("ANTHROPIC_API_KEY", "sk-test-key-0123456789")
+  T.defer(function() sys.setenv("ANTHROPIC_BASE_URL", nil); sys.setenv("ANTHROPIC_API_KEY", nil) end)
+  local price = {input = 3, output = 15}   -- no cache_write given: 1.25x input
+  local budget = require "rlm.budget"
+  T.eq(budget.write_rate(price), 3.75)
+  local cost = budget.cost(price, {input_tokens = 100, output_tokens = 0, cache_read_tokens = 1000})
+  T.truthy(math.abs(cost - 100 * 3 / 1e6) < 1e-12,
+           "cached parts never exceed the input: no negative cost (" .. cost .. ")")
+  local res = rlm.run{task = "t", context = "c", model = "anthropic/claude-standin",
+                      prompt_cache = true, max_cost = 1,
+                      prices = {["anthropic/claude-standin"] = price}}
+  T.eq(res.reason, "submitted")
+  T.truthy(res.usage.cost > 0 and res.usage.cost <= 1)
 end
 
 return tests

@@ -28,7 +28,8 @@ M.defaults = {
   history = "compact",        -- "compact" | "full" | function(messages, info) -> messages
   compact_at = 0.8,           -- the share of the context window at which history is compacted
   final_beside_code = "wait", -- a FINAL(text) beside code waits for the code's output; "accept"
-  prompt_cache = true,        -- ask the provider to cache the prefix turns share (false: never)
+  prompt_cache = "auto",      -- ask the provider to cache the prefix turns share: "auto" only
+                              -- at its own URL, true at any URL, false never
 }
 
 function M.option(opts, name)
@@ -115,8 +116,9 @@ function M.prompt_chars(req)
   return n
 end
 
--- One model call for the loop (a turn or the extraction), through the budget. how: final (the
--- extraction: may use the time and tokens kept for it).
+-- One model call for the loop (a turn, a compaction or the extraction), through the budget.
+-- how: turn (a turn: its prefix repeats, so caching is asked for), final (the extraction: may
+-- use the time and tokens kept for it).
 -- Returns the llm result, or nil, err, "budget" when the budget refuses it.
 function Run:model_call(model, req, how)
   how = how or {}
@@ -125,12 +127,19 @@ function Run:model_call(model, req, how)
     return nil, ("max_time: the run's %g s are up"):format(self.budget:binding("seconds", "max_time")),
            "budget"
   end
+  -- A turn's request is the last one's and two messages more: the provider may cache it. Where
+  -- writing the cache costs more than input, the reservation prices the input at that rate.
+  local price, writes_billed = self:price(label), false
+  if how.turn and self.prompt_cache then
+    req.extra, writes_billed = llm.cache_fields(model, self.id, self.prompt_cache)
+  end
+  if price and writes_billed then
+    price = {input = math.max(price.input, budget_mod.write_rate(price)), output = price.output}
+  end
   local ticket, why = self.budget:reserve{prompt_chars = M.prompt_chars(req), label = label,
-    output = self.max_output_tokens, sub = self.depth > 0, price = self:price(label), final = how.final}
+    output = self.max_output_tokens, sub = self.depth > 0, price = price, final = how.final}
   if not ticket then return nil, why, "budget" end
   req.model, req.max_tokens, req.timeout = model, ticket.max_tokens, self:call_timeout(how.final)
-  -- A turn's request is the last one's and two messages more: the provider may cache it.
-  if self.prompt_cache and not how.final then req.extra = llm.cache_fields(model, self.id) end
   local ok, res, err = pcall(llm.complete, req)
   self:settle(ticket, label, ok and res or nil)
   async.check_interrupt()
