@@ -20,7 +20,8 @@ struct http_req {
                                     * fails as too_large; 0 = HTTP_MAX_ANSWER */
 };
 
-/* No server's answer grows rlm without end: an endless body fails here. */
+/* No server's answer grows rlm without end: an endless body fails here (bindings may set
+ * their own cap). */
 #define HTTP_MAX_ANSWER ((size_t)256 << 20)
 
 struct http_call;

@@ -41,6 +41,9 @@
 #include "json.h"
 #include "request.h"
 
+/* A sandbox's file comes back whole (the toolbox has no ranges), so Daytona's answers may be
+ * far bigger than a model's; still no server's answer grows rlm without end. */
+#define DAYTONA_MAX_ANSWER ((size_t)1 << 30)
 #define CLIENT "rlm.daytona.client"
 /* The official SDK release whose wire format rlm speaks (tests/sdk pins the same one). The
  * daemon shapes some answers by it: without it, command logs come as plain text rather than
@@ -464,7 +467,7 @@ static int c_request(lua_State *L)
     struct request_spec spec = {
         .http = {.method = o->method, .url = o->url.data, .headers = o->headers,
                  .body = o->has_body ? (o->body.data ? o->body.data : "") : NULL,
-                 .body_len = o->body.len},
+                 .body_len = o->body.len, .max_answer = DAYTONA_MAX_ANSWER},
         .max_attempts = 1 + (int)field_number(L, 2, "retries", FIELD_NEEDED),
         .backoff_base_ms = BACKOFF_BASE_MS,
         .backoff_cap_ms = BACKOFF_CAP_MS,

@@ -401,12 +401,13 @@ static void anthropic_messages(struct body *b, int req, int msgs, int prompt)
 }
 
 /* The most bytes an answer to max_tokens can take, streamed or whole: a stream sends an event
- * of JSON per token or so, and escapes grow text. Past it a server is sending without end. */
+ * of JSON per token or so (a gateway adds fields to each), escapes grow text, and logprobs add
+ * about a kilobyte a token. Past it a server is sending without end. */
 static size_t answer_cap(lua_Integer max_tokens)
 {
     if (max_tokens <= 0)
-        return (size_t)32 << 20;
-    return ((size_t)1 << 20) + (size_t)max_tokens * 256;
+        return (size_t)64 << 20;
+    return ((size_t)1 << 20) + (size_t)max_tokens * 2048;
 }
 
 /* req.max_tokens, or -1 when unset. */
@@ -877,6 +878,7 @@ static const char *const same_words[][2] = {{NULL, NULL}};
 /* Anthropic's stop reasons in the OpenAI words, so callers test one vocabulary. */
 static const char *const anthropic_words[][2] = {
     {"end_turn", "stop"},         {"stop_sequence", "stop"}, {"max_tokens", "length"},
+    {"model_context_window_exceeded", "length"},
     {"tool_use", "tool_calls"},   {"pause_turn", "stop"},    {"refusal", "content_filter"},
     {NULL, NULL}};
 

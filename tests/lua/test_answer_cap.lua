@@ -103,7 +103,7 @@ end
       T.contains(out, ("%s\t%s\tnil\ttoo_large\t"):format(model, stream))
     end
   end
-  T.contains(out, "the answer is larger than 2097152 bytes, more than its max_tokens can need")
+  T.contains(out, "the answer is larger than 9437184 bytes, more than its max_tokens can need")
   T.truthy(peak and peak > 1000 and peak < 100 * 1024, "peak " .. tostring(peak) .. " kB")
 end
 
