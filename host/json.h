@@ -106,4 +106,7 @@ int json_is_array(lua_State *L, int idx);
 void json_push_array_mt(lua_State *L);
 void json_push_object_mt(lua_State *L);
 
+/* The C library's decimal point: os.setlocale can make it ',' for snprintf and strtod. */
+char json_locale_point(void);
+
 #endif
