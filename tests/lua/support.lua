@@ -129,6 +129,26 @@ function T.descendants(pid)
   return out
 end
 
+--- Serves each request with handler(req) in a task of its own, on this process's event loop,
+-- until the test ends (rlm.core.httpd). Returns "http://127.0.0.1:P" and the server.
+function T.serve(handler, opts)
+  local async, httpd = require "rlm.async", require "rlm.core.httpd"
+  local server = assert(httpd.listen(opts or {host = "127.0.0.1", port = 0}))
+  local stop = false
+  local loop_task = async.spawn(function()
+    while not stop do
+      async.await(server:id(), 0.05)
+      while true do
+        local req = server:next()
+        if not req then break end
+        async.spawn(handler, req)
+      end
+    end
+  end)
+  T.defer(function() stop = true; loop_task:join(5); server:close() end)
+  return ("http://127.0.0.1:%d"):format(server:port()), server
+end
+
 --- The rlm binary under test.
 T.rlm = assert(sys.realpath("/proc/self/exe"))
 

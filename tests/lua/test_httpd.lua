@@ -7,23 +7,7 @@ local sys = require "rlm.sys"
 
 local tests = {}
 
--- Serves each request with handler(req) in a task until the test ends.
-local function serve(handler, opts)
-  local server = assert(httpd.listen(opts or {host = "127.0.0.1", port = 0}))
-  local stop = false
-  local loop_task = async.spawn(function()
-    while not stop do
-      async.await(server:id(), 0.05)
-      while true do
-        local req = server:next()
-        if not req then break end
-        async.spawn(handler, req)
-      end
-    end
-  end)
-  T.defer(function() stop = true; loop_task:join(1); server:close() end)
-  return ("http://127.0.0.1:%d"):format(server:port()), server
-end
+local serve = T.serve
 
 tests["a whole response, with the request's method, path, headers and body"] = function()
   local url = serve(function(req)

@@ -3,7 +3,6 @@
 local T = require "support"
 local async = require "rlm.async"
 local http = require "rlm.http"
-local httpd = require "rlm.core.httpd"
 local json = require "rlm.json"
 local sys = require "rlm.sys"
 
@@ -112,24 +111,14 @@ function()
 end
 
 tests["connections past the limit get 503 with Retry-After, not a reset"] = function()
-  local server = assert(httpd.listen{host = "127.0.0.1", port = 0, max_connections = 4})
-  local held, release, stop = 0, false, false
-  local loop_task = async.spawn(function()
-    while not stop do
-      async.await(server:id(), 0.05)
-      while true do
-        local req = server:next()
-        if not req then break end
-        async.spawn(function()
-          held = held + 1
-          while not release do async.sleep(0.02) end
-          req:respond(200, {}, "served")
-        end)
-      end
-    end
-  end)
-  T.defer(function() stop = true; release = true; loop_task:join(5); server:close() end)
-  local url = ("http://127.0.0.1:%d/x"):format(server:port())
+  local held, release = 0, false
+  local base = T.serve(function(req)
+    held = held + 1
+    while not release do async.sleep(0.02) end
+    req:respond(200, {}, "served")
+  end, {host = "127.0.0.1", port = 0, max_connections = 4})
+  T.defer(function() release = true end)
+  local url = base .. "/x"
   local results, tasks = {}, {}
   for i = 1, 8 do
     tasks[i] = async.spawn(function()
@@ -159,20 +148,9 @@ end
 -- Idle sockets someone holds open take the spare places, not the ones in use: a connection
 -- already serving keeps being served, and only a new one is turned away.
 tests["idle connections past the limit cannot turn away a connection in use"] = function()
-  local server = assert(httpd.listen{host = "127.0.0.1", port = 0, max_connections = 2})
-  local stop = false
-  local loop_task = async.spawn(function()
-    while not stop do
-      async.await(server:id(), 0.05)
-      while true do
-        local req = server:next()
-        if not req then break end
-        req:respond(200, {}, "served")
-      end
-    end
-  end)
-  T.defer(function() stop = true; loop_task:join(5); server:close() end)
-  local url = ("http://127.0.0.1:%d/x"):format(server:port())
+  local base, server = T.serve(function(req) req:respond(200, {}, "served") end,
+                               {host = "127.0.0.1", port = 0, max_connections = 2})
+  local url = base .. "/x"
   local first = assert(http.request{url = url, retries = 0, timeout = 60})
   T.eq(first.status, 200)
   T.eq(first.new_connections, 1)

@@ -15,6 +15,13 @@ local SCRIPT = {rules = {
   {match = ".", reply = F.code("turns += 1\nprint('y' * 2000)")},
 }}
 
+-- Points the anthropic provider at the stand-in for this test.
+local function anthropic_at(server)
+  sys.setenv("ANTHROPIC_BASE_URL", server.url)
+  sys.setenv("ANTHROPIC_API_KEY", "sk-test-key-0123456789")
+  T.defer(function() sys.setenv("ANTHROPIC_BASE_URL", nil); sys.setenv("ANTHROPIC_API_KEY", nil) end)
+end
+
 local function bill(billed, price)
   return (billed.input * price.input + billed.cache_read * (price.cached_input or price.input)
     + billed.cache_write * (price.cache_write or price.input) + billed.output * price.output) / 1e6
@@ -31,9 +38,7 @@ end
 
 tests["Anthropic: 20 turns read their prefix from the cache; the cost is the bill"] = function()
   local server = F.model(SCRIPT)
-  sys.setenv("ANTHROPIC_BASE_URL", server.url)
-  sys.setenv("ANTHROPIC_API_KEY", "sk-test-key-0123456789")
-  T.defer(function() sys.setenv("ANTHROPIC_BASE_URL", nil); sys.setenv("ANTHROPIC_API_KEY", nil) end)
+  anthropic_at(server)
   local price = {input = 3, output = 15, cached_input = 0.3, cache_write = 3.75}
   local res, stats = twenty_turns(server, "anthropic/claude-standin",
                                   {["anthropic/claude-standin"] = price})
@@ -67,9 +72,7 @@ end
 
 tests["prompt_cache = false, or auto behind another base URL, asks for no caching"] = function()
   local server = F.model{rules = {{match = ".", reply = F.code("SUBMIT(answer='x')")}}}
-  sys.setenv("ANTHROPIC_BASE_URL", server.url)
-  sys.setenv("ANTHROPIC_API_KEY", "sk-test-key-0123456789")
-  T.defer(function() sys.setenv("ANTHROPIC_BASE_URL", nil); sys.setenv("ANTHROPIC_API_KEY", nil) end)
+  anthropic_at(server)
   for _, mode in ipairs{false, "auto"} do
     rlm.run{task = "t", context = "c", model = "anthropic/claude-standin", prompt_cache = mode}
     T.eq(F.stats(server).last_body.cache_control, nil, tostring(mode))
@@ -82,9 +85,7 @@ end
 -- holds with the reservation priced so.
 tests["with caching asked, a turn is reserved at the cache-write rate"] = function()
   local server = F.model{rules = {{match = ".", reply = F.code("SUBMIT(answer='x')")}}}
-  sys.setenv("ANTHROPIC_BASE_URL", server.url)
-  sys.setenv("ANTHROPIC_API_KEY", "sk-test-key-0123456789")
-  T.defer(function() sys.setenv("ANTHROPIC_BASE_URL", nil); sys.setenv("ANTHROPIC_API_KEY", nil) end)
+  anthropic_at(server)
   local price = {input = 3, output = 15}   -- no cache_write given: 1.25x input
   local budget = require "rlm.budget"
   T.eq(budget.write_rate(price), 3.75)
