@@ -3,7 +3,6 @@
 -- stand-in, which caches and bills as each provider does (tests/standins/llm, PromptCache).
 local T = require "support"
 local F = require "rlm_fixtures"
-local json = require "rlm.json"
 local rlm = require "rlm"
 local sys = require "rlm.sys"
 
