@@ -15,7 +15,7 @@ usage: rlm ask "TASK" [--context FILE|-] [--model M] [--sub-model M] [--backend 
                       [--max-time S] [--execute-timeout S] [--llm-call-timeout S]
                       [--sub-models a,b] [--prices FILE.json] [--limit NAME=VALUE]...
                       [--context-window N] [--history full|compact] [--resume FILE.jsonl]
-                      [--cache] [--events FILE|-] [--quiet]
+                      [--cache] [--events FILE|-] [--venv DIR] [--quiet]
 
 Runs the RLM loop: the model explores the context in a sandbox by writing Python, until its
 code calls SUBMIT. Prints the answer (or, with --json, every output field and the run's usage).
@@ -26,7 +26,8 @@ Budgets hold for the whole tree of sub-calls and child runs: --max-llm-calls (ca
 for code), --max-tokens, --max-cost (needs a price for every model: rlm.prices, --prices or
 RLM_PRICES), --max-time (a deadline for everything, code included). --sub-models lists the
 models llm_query(model=...) may use (default: the sub-model).
---limit NAME=VALUE sets a resource limit of the sandboxes (as for `rlm exec`).
+--limit NAME=VALUE sets a resource limit of the sandboxes (as for `rlm exec`); --venv DIR gives
+the local sandboxes the Python packages of a virtualenv (or of a folder of packages), read-only.
 History: --context-window N (tokens; default from the model's known window) and
 --history full|compact (compact: older turns are summarised near 0.8 of the window).
 --resume run.jsonl continues a run from its trajectory (the code is run again with the
@@ -44,7 +45,7 @@ local SPEC = {context = "string", model = "string", sub_model = "string", backen
               max_time = "number", max_tokens = "number", quiet = "flag", limit = "assign",
               execute_timeout = "number", llm_call_timeout = "number", sub_models = "list",
               prices = "string", context_window = "number", history = "string",
-              resume = "string", cache = "flag", events = "string"}
+              resume = "string", cache = "flag", events = "string", venv = "string"}
 
 -- Writes each record as one JSON line to path ("-": stdout), flushed at once.
 local function event_writer(path)
@@ -100,6 +101,7 @@ function M.main(argv)
     llm_call_timeout = opts.llm_call_timeout, sub_models = opts.sub_models, prices_file = opts.prices,
     context_window = opts.context_window, history = opts.history, resume = opts.resume,
     cache = opts.cache or nil, events = opts.events and event_writer(opts.events),
+    venv = opts.venv,
   }
   local answered = res.submitted or res.extracted
   -- with --events -, stdout carries the events only
