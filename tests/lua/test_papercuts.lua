@@ -1,0 +1,92 @@
+--- Small things a first user ran into (issue 46), each as that user met it.
+local T = require "support"
+local sys = require "rlm.sys"
+local json = require "rlm.json"
+
+local tests = {}
+
+local function write_lines(path, records)
+  local lines = {}
+  for i, r in ipairs(records) do lines[i] = json.encode(r) end
+  assert(sys.write_file(path, table.concat(lines, "\n") .. "\n"))
+end
+
+tests["rlm trace on a file that is no trajectory says so and exits 1"] = function()
+  local dir = T.tmpdir()
+  for name, content in pairs{["notes.txt"] = "hello\n", ["other.jsonl"] = '{"a":1}\n{"b":2}\n',
+                             ["empty.jsonl"] = ""} do
+    assert(sys.write_file(dir .. "/" .. name, content))
+  end
+  local r = T.run_rlm{"trace", dir .. "/notes.txt"}
+  T.eq(r.code, 1)
+  T.contains(r.stderr, "cannot read the trajectory")
+  r = T.run_rlm{"trace", dir .. "/other.jsonl"}
+  T.eq(r.code, 1)
+  T.eq(r.stderr, "rlm: " .. dir .. "/other.jsonl is not a trajectory: none of its lines is a " ..
+                 "record of a run (write one with rlm ask --trace FILE.jsonl)\n")
+  T.eq(r.stdout, "")
+  r = T.run_rlm{"trace", dir .. "/empty.jsonl"}
+  T.eq(r.code, 1)
+  T.contains(r.stderr, "it holds no records")
+end
+
+-- A run's records as the file holds them: a turn's sub-calls and child run come before the
+-- turn's own record, which is written when its code has ended.
+local RECORDS = {
+  {type = "start", depth = 0, task = "t"},
+  {type = "subcall", kind = "llm_query_batched", turn = 1, count = 3, duration = 0.5, depth = 0},
+  {type = "start", depth = 1, task = "child"},
+  {type = "subcall", kind = "llm_query", turn = 1, count = 1, duration = 0.25, depth = 1},
+  {type = "step", turn = 1, duration = 1, usage = {input_tokens = 5, output_tokens = 6}, code = {"x"}, depth = 1},
+  {type = "final", reason = "submitted", depth = 1},
+  {type = "subcall", kind = "rlm_query", turn = 1, count = 1, duration = 2, depth = 0},
+  {type = "step", turn = 1, duration = 3, usage = {input_tokens = 10, output_tokens = 20}, code = {"a"}, depth = 0},
+  {type = "budget_warning", turn = 1, limit = "calls", remaining = 1, of = 10, depth = 0},
+  {type = "subcall", kind = "llm_query", turn = 2, count = 1, duration = 0.5, depth = 0},
+  {type = "step", turn = 2, duration = 1, usage = {input_tokens = 30, output_tokens = 40}, code = {"b"}, depth = 0},
+  {type = "final", reason = "submitted", depth = 0},
+}
+
+local EXPECTED = table.concat({
+  "turn 1  3.00s  10 in / 20 out tokens  1 code blocks",
+  "  llm_query_batched x3  0.50s",
+  "  turn 1  1.00s  5 in / 6 out tokens  1 code blocks",
+  "    llm_query x1  0.25s",
+  "  result: submitted",
+  "  rlm_query x1  2.00s",
+  "  budget: calls has 1 of 10 left",
+  "turn 2  1.00s  30 in / 40 out tokens  1 code blocks",
+  "  llm_query x1  0.50s",
+  "result: submitted",
+}, "\n") .. "\n"
+
+tests["rlm trace and --follow put a turn's sub-calls and child runs under that turn"] = function()
+  local path = T.tmpdir() .. "/run.jsonl"
+  write_lines(path, RECORDS)
+  local r = T.run_rlm{"trace", path}
+  T.eq(r.code, 0, r.stderr)
+  T.eq(r.stdout, EXPECTED)
+  r = T.run_rlm({"trace", path, "--follow"}, {timeout = 60})
+  T.eq(r.code, 0, r.stderr)
+  T.eq(r.stdout, EXPECTED)
+end
+
+tests["rlm mcp with stdin at its end, from /dev/null or closed, ends and says why"] = function()
+  local say = "rlm mcp: stdin ended before any message"
+  local r = assert(sys.run({"sh", "-c", 'exec "$0" mcp < /dev/null', T.rlm}, {timeout = 60}))
+  T.eq(r.code, 0, r.stderr)
+  T.contains(r.stderr, say)
+  T.eq(r.stdout, "")
+  r = assert(sys.run({"sh", "-c", 'exec "$0" mcp <&-', T.rlm}, {timeout = 60}))
+  T.eq(r.code, 0, r.stderr)
+  T.contains(r.stderr, say)
+  -- a file of requests is read as a pipe would be
+  local file = T.tmpdir() .. "/requests.jsonl"
+  assert(sys.write_file(file, '{"jsonrpc":"2.0","id":7,"method":"ping"}\n'))
+  r = assert(sys.run({"sh", "-c", 'exec "$0" mcp < "$1"', T.rlm, file}, {timeout = 60}))
+  T.eq(r.code, 0, r.stderr)
+  T.eq(json.decode(r.stdout), {jsonrpc = "2.0", id = 7, result = json.object{}})
+  T.eq(r.stderr, "")
+end
+
+return tests
