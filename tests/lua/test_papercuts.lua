@@ -89,4 +89,12 @@ tests["rlm mcp with stdin at its end, from /dev/null or closed, ends and says wh
   T.eq(r.stderr, "")
 end
 
+tests["a TMPDIR that does not exist is named as the cause"] = function()
+  local missing = T.tmpdir() .. "/gone"
+  local r = T.run_rlm({"exec", "print(1)"}, {env = {PATH = "/usr/bin:/bin", TMPDIR = missing}})
+  T.eq(r.code, 1)
+  T.eq(r.stderr, "rlm: TMPDIR is " .. missing .. ", where no folder can be made: No such file or directory\n")
+  T.eq(r.stdout, "")
+end
+
 return tests

@@ -344,9 +344,13 @@ function M.new_run(opts)
   if not model then
     error("no model: pass model = \"provider/name\" or set RLM_MODEL (e.g. openai/gpt-4o)", 0)
   end
-  -- A missing key must fail here, before any sandbox exists, not at the first turn.
-  local ok, err = pcall(llm.check, model)
-  if ok and opts.sub_model then ok, err = pcall(llm.check, opts.sub_model) end
+  -- A missing key must fail here, before any sandbox exists, not at the first turn; a replay
+  -- (rlm replay) calls no model and needs none.
+  local ok, err = true, nil
+  if not (opts._replay and opts._replay.only) then
+    ok, err = pcall(llm.check, model)
+    if ok and opts.sub_model then ok, err = pcall(llm.check, opts.sub_model) end
+  end
   if not ok then error(tostring(err):gsub("^[^:]*:%d+: ", ""), 0) end
   local self = setmetatable({
     opts = opts, task = opts.task, context = opts.context,
