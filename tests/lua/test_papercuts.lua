@@ -97,4 +97,28 @@ tests["a TMPDIR that does not exist is named as the cause"] = function()
   T.eq(r.stdout, "")
 end
 
+tests["rlm skill NAME --help shows the skill; skill new's hint runs as printed"] = function()
+  local r = T.run_rlm{"skill", "rlm-execute", "--help"}
+  T.eq(r.code, 0, r.stderr)
+  T.truthy(r.stdout:find("^usage: rlm skill rlm%-execute %[%-%-backend local|daytona%] %[ARGS%.%.%.%]\n"), r.stdout)
+  T.contains(r.stdout, "name: rlm-execute")
+  local dir, data = T.tmpdir(), T.tmpdir()
+  local env = {PATH = "/usr/bin:/bin", HOME = data, XDG_DATA_HOME = data}
+  env.RLM_SKILLS_PATH = dir
+  r = T.run_rlm({"skill", "new", "mine"}, {env = env})
+  T.eq(r.code, 0, r.stderr)
+  env.RLM_SKILLS_PATH = nil   -- set for that one command only, as a user may
+  local hint = r.stdout:match("run it with `([^`]+)`")
+  T.eq(hint, "RLM_SKILLS_PATH=" .. dir .. " rlm skill mine")
+  r = T.run_rlm({"skill", "mine", "--help"}, {env = {PATH = env.PATH, HOME = data, XDG_DATA_HOME = data,
+                                                     RLM_SKILLS_PATH = dir}})
+  T.eq(r.code, 0, r.stderr)
+  -- in the default folder, always searched, the plain command is the hint
+  r = T.run_rlm({"skill", "new", "other"}, {env = env})
+  T.eq(r.code, 0, r.stderr)
+  T.eq(r.stdout:match("run it with `([^`]+)`"), "rlm skill other")
+  r = T.run_rlm({"skill", "other", "--help"}, {env = env})
+  T.eq(r.code, 0, r.stderr)
+end
+
 return tests
