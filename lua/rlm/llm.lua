@@ -58,7 +58,7 @@ function M.resolve(model, level)
   level = (level or 1) + 1
   model = model or env("RLM_MODEL")
   if model == nil then
-    error("no model: pass model = \"provider/model\" or set RLM_MODEL", level)
+    error("no model: give --model provider/name (model = \"provider/name\" from Lua) or set RLM_MODEL", level)
   end
   if type(model) ~= "string" then error("llm model must be a string", level) end
   local provider, name = model:match("^([^/]+)/(.+)$")

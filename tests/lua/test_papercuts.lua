@@ -121,4 +121,48 @@ tests["rlm skill NAME --help shows the skill; skill new's hint runs as printed"]
   T.eq(r.code, 0, r.stderr)
 end
 
+-- rlm ask with no model, key or server reachable: each case must stop before any of them.
+local function ask(args, extra)
+  local env = {PATH = "/usr/bin:/bin", HOME = T.tmpdir(), OPENAI_API_KEY = "sk-test-0123456789",
+               OPENAI_BASE_URL = "http://127.0.0.1:9/v1"}
+  for k, v in pairs(extra or {}) do env[k] = v end
+  local argv = {"ask"}
+  table.move(args, 1, #args, 2, argv)
+  return T.run_rlm(argv, {env = env})
+end
+
+tests["--max-iterations 0 is refused before the run, saying why"] = function()
+  local r = ask{"task", "--model", "openai/gpt-4o", "--max-iterations", "0"}
+  T.eq(r.code, 2)
+  T.eq(r.stderr, "rlm: --max-iterations must be a whole number of turns, at least 1 (got 0): a run "
+                 .. "of no turns cannot answer\n")
+  r = ask{"task", "--model", "openai/gpt-4o", "--max-iterations", "1.5"}
+  T.eq(r.code, 2)
+  T.contains(r.stderr, "(got 1.5)")
+end
+
+tests["a binary context file is refused; text that is not UTF-8 comes with a note"] = function()
+  local dir = T.tmpdir()
+  assert(sys.write_file(dir .. "/image.bin", "\x89PNG\r\n\x1a\n\0\0\0\rIHDR"))
+  local r = ask{"task", "--model", "openai/gpt-4o", "--context", dir .. "/image.bin"}
+  T.eq(r.code, 1)
+  T.eq(r.stderr, "rlm: the context " .. dir .. "/image.bin is binary (a NUL byte at offset 8): give "
+                 .. "text, or put the file in the sandbox from Lua (rlm.run{context_paths = {FILE}})\n")
+  assert(sys.write_file(dir .. "/latin1.txt", "caf\xe9\n"))
+  r = ask({"task", "--context", dir .. "/latin1.txt"}, {OPENAI_API_KEY = ""})
+  T.eq(r.code, 1)
+  T.contains(r.stderr, "rlm: note: the context " .. dir .. "/latin1.txt is not UTF-8")
+  T.contains(r.stderr, "no model")
+end
+
+tests["the command line's hints name its flags, not Lua fields"] = function()
+  local r = ask{"task"}
+  T.eq(r.code, 1)
+  T.contains(r.stderr, "no model: give --model provider/name")
+  r = ask{"task", "--model", "openai/unpriced-x", "--max-cost", "1"}
+  T.eq(r.code, 1)
+  T.contains(r.stderr, "with --prices FILE.json or RLM_PRICES")
+  T.contains(r.stderr, '{"openai/unpriced-x": {"input": USD, "output": USD}}')
+end
+
 return tests

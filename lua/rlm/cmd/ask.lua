@@ -66,11 +66,28 @@ local function env_backend()
   return b ~= "" and b or nil
 end
 
+-- The context is text for the model to read: a NUL byte in its first 64 KiB means a binary file
+-- (grep's and git's test), refused; text that is not UTF-8 is taken, with a note, since its
+-- bytes reach the code as \udcXX surrogates.
 local function read_context(path)
   if path == nil then return nil end
-  if path == "-" then return io.stdin:read("a") end
-  local data, err = sys.read_file(path)
-  if not data then error("cannot read the context: " .. err, 0) end
+  local data, err
+  if path == "-" then
+    data = io.stdin:read("a")
+  else
+    data, err = sys.read_file(path)
+    if not data then error("cannot read the context: " .. err, 0) end
+  end
+  local name = path == "-" and "stdin" or path
+  local nul = data:sub(1, 65536):find("\0", 1, true)
+  if nul then
+    error(("the context %s is binary (a NUL byte at offset %d): give text, or put the file in "
+      .. "the sandbox from Lua (rlm.run{context_paths = {FILE}})"):format(name, nul - 1), 0)
+  end
+  if not utf8.len(data) then
+    io.stderr:write(("rlm: note: the context %s is not UTF-8; the code sees its other bytes as "
+      .. "\\udcXX characters\n"):format(name))
+  end
   return data
 end
 
@@ -87,6 +104,11 @@ end
 
 function M.main(argv)
   local opts, rest = args.parse(argv, SPEC)
+  local turns = opts.max_iterations
+  if turns and (turns < 1 or turns % 1 ~= 0) then
+    args.fail(("--max-iterations must be a whole number of turns, at least 1 (got %s): a run of "
+      .. "no turns cannot answer"):format(turns))
+  end
   local task = rest[1]
   if (not task and not opts.resume) or #rest > 1 or task == "" then
     return args.usage("ask", "give the task as one argument", M.help)
