@@ -33,18 +33,18 @@ end
 -- A run's records as the file holds them: a turn's sub-calls and child run come before the
 -- turn's own record, which is written when its code has ended.
 local RECORDS = {
-  {type = "start", depth = 0, task = "t"},
-  {type = "subcall", kind = "llm_query_batched", turn = 1, count = 3, duration = 0.5, depth = 0},
-  {type = "start", depth = 1, task = "child"},
-  {type = "subcall", kind = "llm_query", turn = 1, count = 1, duration = 0.25, depth = 1},
-  {type = "step", turn = 1, duration = 1, usage = {input_tokens = 5, output_tokens = 6}, code = {"x"}, depth = 1},
-  {type = "final", reason = "submitted", depth = 1},
-  {type = "subcall", kind = "rlm_query", turn = 1, count = 1, duration = 2, depth = 0},
-  {type = "step", turn = 1, duration = 3, usage = {input_tokens = 10, output_tokens = 20}, code = {"a"}, depth = 0},
-  {type = "budget_warning", turn = 1, limit = "calls", remaining = 1, of = 10, depth = 0},
-  {type = "subcall", kind = "llm_query", turn = 2, count = 1, duration = 0.5, depth = 0},
-  {type = "step", turn = 2, duration = 1, usage = {input_tokens = 30, output_tokens = 40}, code = {"b"}, depth = 0},
-  {type = "final", reason = "submitted", depth = 0},
+  {type = "start", depth = 0, run = "r0", task = "t"},
+  {type = "subcall", kind = "llm_query_batched", turn = 1, count = 3, duration = 0.5, depth = 0, run = "r0"},
+  {type = "start", depth = 1, run = "r1", parent = "r0", task = "child"},
+  {type = "subcall", kind = "llm_query", turn = 1, count = 1, duration = 0.25, depth = 1, run = "r1", parent = "r0"},
+  {type = "step", turn = 1, duration = 1, usage = {input_tokens = 5, output_tokens = 6}, code = {"x"}, depth = 1, run = "r1", parent = "r0"},
+  {type = "final", reason = "submitted", depth = 1, run = "r1", parent = "r0"},
+  {type = "subcall", kind = "rlm_query", child = "r1", turn = 1, count = 1, duration = 2, depth = 0, run = "r0"},
+  {type = "step", turn = 1, duration = 3, usage = {input_tokens = 10, output_tokens = 20}, code = {"a"}, depth = 0, run = "r0"},
+  {type = "budget_warning", turn = 1, limit = "calls", remaining = 1, of = 10, depth = 0, run = "r0"},
+  {type = "subcall", kind = "llm_query", turn = 2, count = 1, duration = 0.5, depth = 0, run = "r0"},
+  {type = "step", turn = 2, duration = 1, usage = {input_tokens = 30, output_tokens = 40}, code = {"b"}, depth = 0, run = "r0"},
+  {type = "final", reason = "submitted", depth = 0, run = "r0"},
 }
 
 local EXPECTED = table.concat({
@@ -163,6 +163,19 @@ tests["the command line's hints name its flags, not Lua fields"] = function()
   T.eq(r.code, 1)
   T.contains(r.stderr, "with --prices FILE.json or RLM_PRICES")
   T.contains(r.stderr, '{"openai/unpriced-x": {"input": USD, "output": USD}}')
+end
+
+tests["the docs say what the trace page's script is for, as the page has one"] = function()
+  local dir = T.tmpdir()
+  write_lines(dir .. "/run.jsonl", RECORDS)
+  local r = T.run_rlm{"trace", dir .. "/run.jsonl", "--html", dir .. "/page.html"}
+  T.eq(r.code, 0, r.stderr)
+  local page = assert(sys.read_file(dir .. "/page.html"))
+  T.contains(page, "<script>")
+  T.eq(page:find("<script src", 1, true), nil)   -- inline: the page works offline
+  local docs = assert(sys.read_file("docs/lua-api.md"))
+  T.eq(docs:find("(no script", 1, true), nil)
+  T.contains(docs, "one small inline script adds a search")
 end
 
 return tests

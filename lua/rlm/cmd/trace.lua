@@ -185,11 +185,12 @@ end
 local function index(records)
   local runs, order = {}, {}
   for _, r in ipairs(records) do
-    local run = runs[r.run]
+    local id = r.run or ""   -- a record of no run (a file written by hand) joins one of its own
+    local run = runs[id]
     if not run then
       run = {id = r.run, depth = r.depth or 0, parent = r.parent, steps = {}, subcalls = {},
              compactions = {}, warnings = {}}
-      runs[r.run] = run
+      runs[id] = run
       order[#order + 1] = run
     end
     if r.type == "start" then run.start = r
