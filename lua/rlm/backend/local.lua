@@ -24,14 +24,14 @@
 --
 -- RLM_BWRAP and RLM_PYTHON (or the bwrap/python options) name other executables; the Python
 -- one must be visible inside the sandbox, i.e. live under /usr or be a virtualenv's link to it.
--- The venv option (or RLM_VENV) binds a user's packages read-only (rlm.backend.venv).
+-- The venv option (or RLM_VENV) binds a user's packages read-only (rlm.venv).
 -- The interface this implements is written down at the top of lua/rlm/interpreter.lua.
 local json = require "rlm.json"
 local common = require "rlm.backend.common"
 local limits = require "rlm.limits"
 local sandbox = require "rlm.core.sandbox"
 local sys = require "rlm.sys"
-local venv = require "rlm.backend.venv"
+local venv = require "rlm.venv"
 
 local clock = sys.now   -- an upvalue on the path of every request
 
@@ -82,7 +82,7 @@ local function sandbox_owner(opts)
   return uid
 end
 
--- The user's packages (rlm.backend.venv): the venv option, else RLM_VENV, else the virtualenv
+-- The user's packages (rlm.venv): the venv option, else RLM_VENV, else the virtualenv
 -- the python named belongs to; nil when none.
 local function user_packages(opts, python)
   local given, what = opts.venv, "venv"
