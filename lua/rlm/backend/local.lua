@@ -69,19 +69,6 @@ local ETC = {"alternatives", "ssl", "localtime", "timezone", "hosts", "resolv.co
 local Sandbox = {}
 Sandbox.__index = Sandbox
 
--- The host uid and gid the sandbox runs as: nil when rlm is not root (the sandbox then runs as
--- the user who runs rlm, mapped to 1000 inside), else `uid` or RLM_SANDBOX_UID or 65534.
-local function sandbox_owner(opts)
-  if sys.getuid() ~= 0 then return nil end
-  local v = opts.uid or sys.getenv("RLM_SANDBOX_UID") or DEFAULT_UID
-  local uid = math.tointeger(tonumber(v))
-  if not uid or uid <= 0 or uid >= 2^32 - 1 then
-    error(("the sandbox's uid must be a positive number other than 0 (got %s): the code must " ..
-           "never run as host root"):format(tostring(v)), 0)
-  end
-  return uid
-end
-
 -- The user's packages (rlm.venv): the venv option, else RLM_VENV, else the virtualenv
 -- the python named belongs to; nil when none.
 local function user_packages(opts, python)
@@ -91,7 +78,8 @@ local function user_packages(opts, python)
     given = venv.of_python(python)
     what = "the virtualenv of " .. python .. ","
   end
-  return given and venv.resolve(given, what, sandbox_owner(opts))
+  -- as root, the sandbox runs as another user than rlm's, who must be let through
+  return given and venv.resolve(given, what, sys.getuid() == 0)
 end
 
 --- The executables this backend runs and the user's packages; raises with install advice when
@@ -121,6 +109,19 @@ local function tools(opts)
       .. "python3-numpy python3-pandas)"):format(python, real), 0)
   end
   return bwrap_path, python, packages
+end
+
+-- The host uid and gid the sandbox runs as: nil when rlm is not root (the sandbox then runs as
+-- the user who runs rlm, mapped to 1000 inside), else `uid` or RLM_SANDBOX_UID or 65534.
+local function sandbox_owner(opts)
+  if sys.getuid() ~= 0 then return nil end
+  local v = opts.uid or sys.getenv("RLM_SANDBOX_UID") or DEFAULT_UID
+  local uid = math.tointeger(tonumber(v))
+  if not uid or uid <= 0 or uid >= 2^32 - 1 then
+    error(("the sandbox's uid must be a positive number other than 0 (got %s): the code must " ..
+           "never run as host root"):format(tostring(v)), 0)
+  end
+  return uid
 end
 
 --- Checks what create() needs without creating anything.
@@ -250,7 +251,8 @@ end
 function M.create(opts)
   local bwrap, python, packages = tools(opts)
   local volume = opts.volume_name and M.volume_dir(opts.volume_name)
-  local root = assert(sys.mkdtemp("rlm-sandbox"))
+  local root, made_why = sys.mkdtemp("rlm-sandbox")
+  if not root then error(made_why, 0) end   -- a TMPDIR that does not exist, say
   local base = root:match("^(.*)/[^/]+$")
   local held, why = hold_folder(root)
   local function abandon(err)   -- leaves nothing behind
