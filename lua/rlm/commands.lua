@@ -11,6 +11,7 @@ commands:
   -e CODE                  run a chunk of Lua
   ask "TASK"               run the RLM loop on a task (--context FILE, --model M, ...)
   trace FILE.jsonl         summarise a trajectory, or render it (--html OUT.html)
+  trace export FILE ...    trajectories as chat-format JSONL for fine-tuning
   replay FILE.jsonl        run a trajectory again on its recorded answers; report differences
   bench TASK               the paper's evaluations with your key: accuracy, cost, spread
   skill list|show|NAME     the bundled recipes (and yours, from RLM_SKILLS_PATH)

@@ -7,7 +7,7 @@ local commands = require "rlm.commands"
 local M = {}
 
 -- The commands in the order the man page and docs/cli.md give them.
-M.ORDER = {"run", "-e", "exec", "ask", "trace", "replay", "bench", "skill", "mcp", "mcp deploy",
+M.ORDER = {"run", "-e", "exec", "ask", "trace", "trace export", "replay", "bench", "skill", "mcp", "mcp deploy",
            "daytona-smoke", "sandboxes", "version", "help"}
 
 M.SUMMARY = "Recursive Language Model runs: a model writes Python, a sandbox runs it"
@@ -50,6 +50,7 @@ M.SEE_ALSO = "The reference is in the docs/ folder of rlm's source: cli.md (this
 --- The help text of a command (a string).
 function M.text(name)
   if name == "mcp deploy" then return require("rlm.cmd.mcp_deploy").help end
+  if name == "trace export" then return require("rlm.cmd.trace_export").help end
   return commands.help(name)
 end
 

@@ -12,6 +12,7 @@ local M = {}
 
 M.help = [=[
 usage: rlm trace FILE.jsonl [--html OUT.html | --follow | --serve [--port P]]
+       rlm trace export FILE.jsonl ...   (chat-format JSONL: `rlm trace export --help`)
 
 Reads a trajectory written by `rlm ask --trace` or rlm.run{trace = ...} (or a log of the
 reference implementation, alexzhang13/rlm). Without options prints a line per turn, sub-call
@@ -417,6 +418,7 @@ local function serve(path, port)
 end
 
 function M.main(argv)
+  if argv[1] == "export" then return require("rlm.cmd.trace_export").main({table.unpack(argv, 2)}) end
   local opts, rest = args.parse(argv, {html = "string", follow = "flag", serve = "flag",
                                        port = "number"})
   if #rest ~= 1 then

@@ -238,6 +238,11 @@ function Run:loop()
   }
   self.system = self:render("system", vars)
   self.first_message = self:render("first", vars)
+  -- What the model is sent besides the steps, so a trajectory can be read back as the exact
+  -- conversation (rlm trace export): the two first messages and the templates of the later ones.
+  self:record{type = "prompt", system = self.system, first_message = self.first_message,
+              turn_template = self.prompts.turn, summary_template = self.prompts.summary,
+              max_iterations = self.max_iterations}
   local messages = {{role = "user", content = self.first_message}}
   local loaded, why, r = sandbox_step(load_context, self.interp, self.context, self.inline_context_chars)
   if not loaded then return {reason = "sandbox_error", detail = why} end
