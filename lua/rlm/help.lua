@@ -40,6 +40,7 @@ M.ENVIRONMENT = {
   {"RLM_SANDBOX_UID", "the uid the local sandbox runs as when rlm runs as root (default 65534)"},
   {"RLM_LUA_PATH", "DIR[:DIR]: Lua modules found there win over the embedded ones"},
   {"RLM_SKILLS_PATH", "DIR[:DIR]: your own skills, beside $XDG_DATA_HOME/rlm/skills"},
+  {"OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS, OTEL_SERVICE_NAME", "send each run as an OpenTelemetry trace to this collector (OTLP/HTTP JSON; off when unset)"},
   {"RLM_DEBUG", "1: a command's error comes with where in rlm it was raised and a traceback"},
 }
 

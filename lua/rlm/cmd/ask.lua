@@ -15,7 +15,7 @@ usage: rlm ask "TASK" [--context FILE|-] [--model M] [--sub-model M] [--backend 
                       [--max-time S] [--execute-timeout S] [--llm-call-timeout S]
                       [--sub-models a,b] [--prices FILE.json] [--limit NAME=VALUE]...
                       [--context-window N] [--history full|compact] [--resume FILE.jsonl]
-                      [--cache] [--events FILE|-] [--quiet]
+                      [--cache] [--events FILE|-] [--otel URL] [--quiet]
 
 Runs the RLM loop: the model explores the context in a sandbox by writing Python, until its
 code calls SUBMIT. Prints the answer (or, with --json, every output field and the run's usage).
@@ -34,6 +34,8 @@ recorded answers, then the run goes on live, appending to the file); --cache kee
 answers under $XDG_CACHE_HOME/rlm and sends no repeated sub-call.
 --events FILE|- writes the run's records (the trajectory's JSON lines) as they happen, for other
 programs to follow; with `-` they go to stdout and the answer is only in the last one.
+--otel URL sends the run as one OpenTelemetry trace (OTLP/HTTP JSON) to the collector at URL
+(default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT when set; none).
 Exit codes: 0 an answer (submitted, or extracted when the run stopped early: the reason goes
 to stderr), 1 an error before the run could start, 2 a usage error, 3 no answer (the reason
 goes to stderr, nothing to stdout), 130/143 interrupted by SIGINT/SIGTERM.]]
@@ -44,7 +46,7 @@ local SPEC = {context = "string", model = "string", sub_model = "string", backen
               max_time = "number", max_tokens = "number", quiet = "flag", limit = "assign",
               execute_timeout = "number", llm_call_timeout = "number", sub_models = "list",
               prices = "string", context_window = "number", history = "string",
-              resume = "string", cache = "flag", events = "string"}
+              resume = "string", cache = "flag", events = "string", otel = "string"}
 
 -- Writes each record as one JSON line to path ("-": stdout), flushed at once.
 local function event_writer(path)
@@ -99,7 +101,7 @@ function M.main(argv)
     limits = opts.limit, execute_timeout = opts.execute_timeout,
     llm_call_timeout = opts.llm_call_timeout, sub_models = opts.sub_models, prices_file = opts.prices,
     context_window = opts.context_window, history = opts.history, resume = opts.resume,
-    cache = opts.cache or nil, events = opts.events and event_writer(opts.events),
+    cache = opts.cache or nil, events = opts.events and event_writer(opts.events), otel = opts.otel,
   }
   local answered = res.submitted or res.extracted
   -- with --events -, stdout carries the events only

@@ -47,6 +47,8 @@ function M.run(opts)
   local made, interp = pcall(require("rlm.interpreter").new, loop.interpreter_options(self, opts))
   if not made then error((tostring(interp):gsub("^[^:\n]+%.lua:%d+: ", "")), 2) end
   local owns_trace = opts._trace == nil
+  -- The root's trajectory goes to a collector when one is named (a child's is in the root's).
+  local otel_url = owns_trace and require("rlm.otel").endpoint(opts.otel)
   local chars = select(2, common.describe(self.context))
   if not opts._replay or not opts._append then
     -- A small context is kept in the record, so `rlm replay` and `--resume` need nothing else.
@@ -84,6 +86,10 @@ function M.run(opts)
   -- Ctrl-C or SIGTERM ends the program (the sandbox is already gone), however it was caught.
   if not ok and tostring(result.error):find("interrupted", 1, true) then error(result.error, 0) end
   async.check_interrupt()
+  if otel_url then
+    local sent, err = require("rlm.otel").export(otel_url, result.trajectory)
+    if not sent then io.stderr:write("rlm: the OpenTelemetry trace was not sent: ", trace.redact(err), "\n") end
+  end
   return result
 end
 

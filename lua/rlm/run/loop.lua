@@ -22,7 +22,7 @@ local RUN_OPTIONS = {task = "string", context = "any", model = "string", sub_mod
   child_budget = "any",
   sub_models = "table", prices = "table", prices_file = "string", context_windows = "table",
   context_window = "number", resume = "any", cache = "any", child_max_iterations = "number",
-  history = "any", prompt_cache = "any",
+  history = "any", prompt_cache = "any", otel = "any",
   -- internal: a child run's share of its parent
   _budget = "any", _depth = "any", _trace = "any", _parent = "any", _replay = "any", _append = "any"}
 
