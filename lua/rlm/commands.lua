@@ -20,6 +20,7 @@ commands:
   sandboxes                list the Daytona sandboxes rlm made (--prune, --all: delete leftovers)
   mcp [--http [HOST:]PORT] serve rlm's tools over MCP (stdio, or Streamable HTTP at /mcp)
   mcp deploy [--name N]    the MCP server, always on, in a Daytona sandbox (--status, --stop, ...)
+  serve [--http HOST:PORT] the OpenAI API (/v1/chat/completions) answered by RLM runs
   version                  print the version
   help [COMMAND]           this text, or a command's help (--man: the manual page)
 
@@ -50,7 +51,7 @@ one message with a traceback and exits 1; a script may return an integer exit st
 --- The commands kept in modules of their own (each with `help` and `main(args)`), loaded
 -- only when used or their help is asked for.
 M.MODULES = {
-  ask = "rlm.cmd.ask", trace = "rlm.cmd.trace", replay = "rlm.cmd.replay",
+  ask = "rlm.cmd.ask", trace = "rlm.cmd.trace", serve = "rlm.cmd.serve", replay = "rlm.cmd.replay",
   bench = "rlm.cmd.bench", skill = "rlm.cmd.skill", mcp = "rlm.cmd.mcp",
   exec = "rlm.cmd.exec", ["daytona-smoke"] = "rlm.cmd.daytona_smoke",
   sandboxes = "rlm.cmd.sandboxes",

@@ -7,7 +7,7 @@ local commands = require "rlm.commands"
 local M = {}
 
 -- The commands in the order the man page and docs/cli.md give them.
-M.ORDER = {"run", "-e", "exec", "ask", "trace", "trace export", "replay", "bench", "skill", "mcp", "mcp deploy",
+M.ORDER = {"run", "-e", "exec", "ask", "trace", "trace export", "replay", "bench", "skill", "mcp", "mcp deploy", "serve",
            "daytona-smoke", "sandboxes", "version", "help"}
 
 M.SUMMARY = "Recursive Language Model runs: a model writes Python, a sandbox runs it"
@@ -34,6 +34,7 @@ M.ENVIRONMENT = {
   {"DAYTONA_API_KEY (or DAYTONA_JWT_TOKEN and DAYTONA_ORGANIZATION_ID), DAYTONA_API_URL, DAYTONA_TARGET", "Daytona, as its official SDKs read them"},
   {"RLM_BACKEND", "default sandbox backend (local or daytona)"},
   {"RLM_MCP_TOKEN", "the bearer token rlm mcp --http requires (always when bound beyond 127.0.0.1)"},
+  {"RLM_SERVE_TOKEN", "the API key rlm serve requires of its clients (always when bound beyond 127.0.0.1)"},
   {"RLM_MCP_ALLOWED_HOSTS, RLM_MCP_ALLOWED_ORIGINS", "further Host names and origins rlm mcp --http accepts (comma separated)"},
   {"XDG_DATA_HOME", "local volumes live in $XDG_DATA_HOME/rlm/volumes/NAME (default ~/.local/share)"},
   {"RLM_BWRAP, RLM_PYTHON", "the bubblewrap and Python executables of the local sandbox (defaults bwrap, /usr/bin/python3)"},
