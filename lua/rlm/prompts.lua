@@ -22,8 +22,9 @@ block. Variables, imports and functions persist from block to block.
 
 In the REPL you have:
 - context: the input.
-- llm_query(prompt, model=None) -> str: ask a language model about text you pass in the prompt
-  (up to about {{sub_capacity}} characters per call). Use it for meaning, never for counting.
+- llm_query(prompt, model=None, images=None) -> str: ask a language model about text you pass in
+  the prompt (up to about {{sub_capacity}} characters per call; images: image files, bytes or
+  URLs, for a model that reads images). Use it for meaning, never for counting.
 - llm_query_batched(prompts, model=None) -> list[str]: many llm_query calls at once, results in
   the same order. Far faster than calling llm_query in a loop.
 - rlm_query(task, context) -> str: give a sub-task and its own input to a helper that works the

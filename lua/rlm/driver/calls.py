@@ -55,6 +55,52 @@ def check_text(value, what):
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
 
 
+# The image formats both providers take, by their first bytes.
+IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"),
+               (b"GIF87a", "image/gif"), (b"GIF89a", "image/gif"))
+IMAGE_MAX_BYTES = 20 * 1024 * 1024   # OpenAI's limit per image; Anthropic's is lower (the host checks)
+
+
+def image_media_type(data):
+    for magic, media_type in IMAGE_MAGIC:
+        if data.startswith(magic):
+            return media_type
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def image_items(images):
+    """llm_query's images as the host takes them: {"url"} or {"data" (base64), "media_type"}."""
+    if isinstance(images, (str, bytes, bytearray)):
+        images = [images]
+    out = []
+    for i, image in enumerate(images):
+        where = f"llm_query: images[{i}]"
+        if isinstance(image, str) and image.startswith(("http://", "https://", "data:image/")):
+            out.append({"url": image})
+            continue
+        if isinstance(image, str):
+            try:
+                with open(image, "rb") as f:
+                    data = f.read(IMAGE_MAX_BYTES + 1)
+            except OSError as e:
+                raise ValueError(f"{where}: cannot read {image!r}: {e.strerror}") from None
+        elif isinstance(image, (bytes, bytearray)):
+            data = bytes(image)
+        else:
+            raise TypeError(f"{where} must be a path, bytes or a URL, not {type(image).__name__}")
+        if len(data) > IMAGE_MAX_BYTES:
+            raise ValueError(f"{where} is over {IMAGE_MAX_BYTES >> 20} MB")
+        media_type = image_media_type(data)
+        if media_type is None:
+            raise ValueError(f"{where} is not a PNG, JPEG, GIF or WebP image")
+        import binascii
+        out.append({"data": binascii.b2a_base64(data, newline=False).decode("ascii"),
+                    "media_type": media_type})
+    return out
+
+
 def make_helpers(session):
     """The functions user code sees as builtins; they close over the session."""
 
@@ -75,10 +121,14 @@ def make_helpers(session):
             {name: session.field_text(value, f"SUBMIT field {name!r}")
              for name, value in merged.items()}))
 
-    def llm_query(prompt, model=None):
-        """Asks a language model; returns its answer text."""
+    def llm_query(prompt, model=None, images=None):
+        """Asks a language model; returns its answer text. images: a list of image files (paths
+        here), bytes, or http(s)/data URLs, for models that take images."""
         check_text(prompt, "llm_query: prompt")
-        results = call(session, "llm_query", {"prompt": prompt, "model": model})
+        args = {"prompt": prompt, "model": model}
+        if images is not None:
+            args["images"] = image_items(images)
+        results = call(session, "llm_query", args)
         return expect_count(results, 1, "llm_query")[0]
 
     def llm_query_batched(prompts, model=None):

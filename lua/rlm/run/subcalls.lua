@@ -3,6 +3,7 @@
 local async = require "rlm.async"
 local budget_mod = require "rlm.budget"
 local common = require "rlm.run.common"
+local images_mod = require "rlm.images"
 local json = require "rlm.json"
 local llm = require "rlm.llm"
 local sys = require "rlm.sys"
@@ -113,8 +114,8 @@ end
 
 -- Sub-calls from code: each prompt is checked and reserved before anything is sent; what the
 -- budget cannot afford comes back as an error string in its slot, as a failed call does, so
--- the code sees it and the rest of the batch runs.
-function Run:llm_query(prompts, model, kind)
+-- the code sees it and the rest of the batch runs. images: by prompt, a list of images or nil.
+function Run:llm_query(prompts, model, kind, images)
   local label, err = self:allowed_model(model)
   if not label then return nil, err end
   model = model or self.sub_model
@@ -129,9 +130,13 @@ function Run:llm_query(prompts, model, kind)
   -- First what each prompt is (too big, cached, out of time, or a call to reserve), then the
   -- calls reserved together, in order, as one reservation after another would be.
   local calls, waiting = {}, {}
+  local keys = {}        -- what the cache knows each prompt by: its text, and its images
   for i, p in ipairs(prompts) do
+    local imgs = images and images[i]
     local why = self:too_big(label, p, window)
-    local hit = not why and self:cached(label, p)
+    if imgs and not why then why = select(2, images_mod.check(imgs, label)) end
+    keys[i] = imgs and (p .. "\0" .. images_mod.key(imgs)) or p
+    local hit = not why and self:cached(label, keys[i])
     if hit then
       -- No call is made: nothing is reserved or counted but the hit and what it saved.
       texts[i] = hit.text
@@ -140,8 +145,8 @@ function Run:llm_query(prompts, model, kind)
     elseif not why and out_of_time then
       why = ("max_time: the run's %g s are up"):format(self.budget:binding("seconds", "max_time"))
     elseif not why then
-      calls[#calls + 1] = {prompt_chars = #p, output = output, sub = true, price = price or nil,
-                           label = label}
+      calls[#calls + 1] = {prompt_chars = #p + (imgs and #imgs * images_mod.RESERVE_TOKENS * 4 or 0),
+                           output = output, sub = true, price = price or nil, label = label}
       waiting[#calls] = i
     end
     if why then
@@ -154,7 +159,9 @@ function Run:llm_query(prompts, model, kind)
     local ticket = granted[c]
     if ticket then
       local n = #sends + 1
-      sends[n], caps[n], tickets[n], slots[n] = prompts[i], ticket.max_tokens, ticket, i
+      local imgs = images and images[i]
+      sends[n] = imgs and images_mod.content(label, prompts[i], imgs) or prompts[i]
+      caps[n], tickets[n], slots[n] = ticket.max_tokens, ticket, i
     else
       texts[i] = "[ERROR] " .. whys[c]
       refusal = refusal or whys[c]
@@ -179,7 +186,7 @@ function Run:llm_query(prompts, model, kind)
       local cost = self:cost_of(label, r.usage, price)
       spent[n], spent_costs[n] = r.usage or EMPTY, cost
       texts[slot], usage[slot], costs[slot] = r.text, r.usage, cost
-      self:remember(label, prompts[slot], r)
+      self:remember(label, keys[slot], r)
     end
   end
   self.budget:settle_all(tickets, label, spent, spent_costs)
@@ -244,7 +251,7 @@ function Run:answer_call(kind, args)
     if v == json.null then args[k] = nil end      -- Python's None
   end
   if kind == "llm_query" then
-    return self:llm_query({args.prompt}, args.model, kind)
+    return self:llm_query({args.prompt}, args.model, kind, args.images and {args.images})
   elseif kind == "llm_query_batched" then
     return self:llm_query(args.prompts or {}, args.model, kind)
   elseif kind == "rlm_query" then
