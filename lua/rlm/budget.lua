@@ -302,6 +302,26 @@ function Budget:reserve(call)
   return ticket, why
 end
 
+--- Reserves a call of a fixed price (a user's tool: `cost` USD, 0 when unpriced) that is no
+-- model call; settled with settle(ticket, "tool:NAME", usage, cost). Returns the ticket, or nil
+-- and the refusal (max_time:, max_cost:).
+function Budget:reserve_cost(cost, label)
+  local _, _, left_cost, left_seconds = chain_left(self)
+  if left_seconds and left_seconds <= 0 then
+    return nil, ("max_time: the run's %g s are up"):format(self:binding("seconds", "max_time"))
+  end
+  if left_cost and cost > 0 then
+    local _, keep_cost = self:kept()
+    if left_cost - keep_cost < cost then
+      return nil, ("max_cost: %s costs $%.4f a call and $%.4f of $%g remain (less $%.4f kept for "
+        .. "the final answer)"):format(label, cost, left_cost, self:binding("cost", "max_cost"), keep_cost)
+    end
+  end
+  local ticket = {calls = 0, tokens = 0, cost = left_cost and cost or 0}
+  hold(self, ticket, 1)
+  return ticket
+end
+
 --- Reserves a batch's calls in their order, exactly as one reserve after another would (each
 -- grant is held before the next call is decided: the remainders are the same floating-point
 -- sums), with what is kept for the extraction read once. Returns two lists: tickets[i], or

@@ -83,7 +83,7 @@ M.defaults = {backend = "local", timeout = 900, max_output_chars = 10000, networ
 local OPTIONS = {backend = true, timeout = true, execute_timeout = true, volume_name = true,
                  repo_url = true, repo_ref = true, context_paths = true, env = true,
                  network = true, on_call = true, max_output_chars = true, start_timeout = true,
-                 limits = true,
+                 limits = true, tools = true,
                  -- without on_call, these give the code llm_query / rlm_query through rlm.run's
                  -- handler, with its budget (see M.new)
                  model = true, sub_model = true, max_llm_calls = true, llm_call_timeout = true,
@@ -117,7 +117,8 @@ local BACKSTOP = 1.0
 local START_TIMEOUT = 30
 
 local NO_HANDLER = "llm_query is not available: no model configured"
-local CALL_KINDS = {llm_query = true, llm_query_batched = true, rlm_query = true, budget = true}
+local CALL_KINDS = {llm_query = true, llm_query_batched = true, rlm_query = true, budget = true,
+                    tool = true}
 
 local Interp = {}
 Interp.__index = Interp
@@ -217,6 +218,13 @@ end
 function Interp:start()
   if self.closed then closed_error() end
   if self.sandbox then return self end
+  -- The user's tools (their MCP servers started or reached) before any sandbox exists: a tool
+  -- that cannot be had costs no sandbox.
+  if self.opts.tools and not self.tools then
+    local tools = require "rlm.tools"
+    self.tools, self.tool_index = tools.load(self.opts.tools)
+    self.tools_code = #self.tools > 0 and tools.python(self.tools) or nil
+  end
   local sb = self.backend.create(self.opts)
   registry.add(sb)
   local ok, err = pcall(self.launch, self, sb)
@@ -232,6 +240,7 @@ end
 
 -- Starts the driver in sb and waits for its ready event.
 function Interp:launch(sb)
+  self.tools_defined = false      -- a new driver: the tools are defined again before its first block
   sb:start_driver()
   local ev, err = sb:request(nil, self.opts.start_timeout or START_TIMEOUT)
   if not ev or ev.ev ~= "ready" then
@@ -324,6 +333,9 @@ end
 -- Answers one call event through the handler; returns the reply request.
 function Interp:answer(ev)
   local handler = self.on_call
+  if not handler and ev.kind == "tool" and self.tool_index then
+    handler = function(_, args) return self:call_tool(args) end
+  end
   local results, err
   if not handler then
     err = NO_HANDLER
@@ -368,6 +380,12 @@ function Interp:execute(code, variables, opts)
   end
   if self.busy then error("this interpreter is already running code (one execute at a time)", 2) end
   if not self.sandbox then self:start() end
+  local lost = self.stale
+  if lost then
+    self.stale = false
+    self:restart_driver()
+  end
+  if self.tools_code and not self.tools_defined then self:define_tools() end
   opts = opts or EMPTY
   local timeout = opts.timeout or self.opts.execute_timeout
   local left = self.opts.timeout - (clock() - self.started_at)
@@ -391,11 +409,6 @@ function Interp:execute(code, variables, opts)
   else
     line, payloads = self:full_request(id, code, timeout, variables, opts.output_names)
   end
-  local lost = self.stale
-  if lost then
-    self.stale = false
-    self:restart_driver()
-  end
   self.busy = true
   local ok, out, run = pcall(self.exchange, self, line, id, timeout, deadline, payloads)
   self.busy = false
@@ -410,6 +423,37 @@ function Interp:execute(code, variables, opts)
   end
   if lost then run.state_lost = true end
   return out, run
+end
+
+-- Defines the tools as builtins of the driver's namespace (a block of its own, before the
+-- first block a driver runs): functions that call the host, not variables of the code.
+function Interp:define_tools()
+  self.tools_defined = true
+  local id = (self.request_id or 0) + 1
+  self.request_id = id
+  local line = '{"op":"execute","id":' .. id .. ',"timeout":60,"code":' .. encode(self.tools_code) .. "}"
+  self.busy = true
+  local ok, _, run = pcall(self.exchange, self, line, id, 60, nil, nil)
+  self.busy = false
+  if not ok or run.error then
+    error("could not define the tools in the sandbox: " .. tostring(ok and run.error or run), 0)
+  end
+end
+
+--- Answers a tool call when no handler does (a bare interpreter): each tool's max_calls hold,
+-- there is no budget.
+function Interp:call_tool(args)
+  local t = self.tool_index and self.tool_index[args.name]
+  if not t then return nil, ("no tool named %s"):format(tostring(args.name)) end
+  self.tool_counts = self.tool_counts or {}
+  local n = (self.tool_counts[t.name] or 0) + 1
+  if t.max_calls and n > t.max_calls then
+    return nil, ("max_calls: %s may be called %d times"):format(t.name, t.max_calls)
+  end
+  self.tool_counts[t.name] = n
+  local res, err = require("rlm.tools").invoke(t, type(args.args) == "table" and args.args or {})
+  if res == nil then return nil, err end
+  return {res}
 end
 
 -- An execute request with variables or output names: its line and the payloads after it.
@@ -538,6 +582,7 @@ end
 --- Ends the sandbox; idempotent. Also runs on <close>, on error paths and when collected.
 function Interp:shutdown()
   self.closed = true
+  if self.tools then require("rlm.tools").close(self.tools) end
   local sb = self.sandbox
   self.sandbox = nil
   if sb then

@@ -10,7 +10,8 @@
 --     turn N                    one turn
 --       chat MODEL              the turn's model call (tokens, cache, cost, finish reason)
 --       execute_code            each block of code, after the reply
---     chat SUBMODEL             a batch of sub-calls (llm_query, llm_query_batched), or
+--     chat SUBMODEL             a batch of sub-calls (llm_query, llm_query_batched),
+--     execute_tool NAME         a call of one of the user's tools (rlm.tools), or
 --     rlm_query                 a child run's call
 -- Records give each span's end and duration; nothing here reads a clock.
 local http = require "rlm.http"
@@ -150,7 +151,12 @@ function Trace:run_span(run, runs, parent, t_start, t_end)
     local t1 = c.t or t_end
     local t0 = t1 - (c.duration or 0)
     local under = turns[c.turn] or id
-    if c.kind == "rlm_query" then
+    if c.kind == "tool" then
+      local item = (c.items or {})[1] or {}
+      local failed = type((c.replies or {})[1]) == "string" and c.replies[1]:find("^%[ERROR%]") ~= nil
+      self:span("execute_tool " .. tostring(c.tool), under, t0, t1, {{"gen_ai.operation.name", "execute_tool"},
+        {"gen_ai.tool.name", c.tool}, {"rlm.cost", item.cost}}, failed)
+    elseif c.kind == "rlm_query" then
       local call = self:span("rlm_query", under, t0, t1, {{"rlm.child", c.child}, {"rlm.reason", c.reason}})
       if c.child and runs[c.child] then self:run_span(runs[c.child], runs, call, t0, t1) end
     else

@@ -36,7 +36,7 @@ In the REPL you have:
 - SUBMIT({{submit_signature}}): finish, with these output fields.
 - print(...): the only way to see a value. Output past {{max_output_chars}} characters is cut
   in the middle.
-
+{{tools}}
 Work like this:
 1. Look before you decide: print the type, the size and a sample of `context`.
 2. Take small steps, one block per reply, and check each result before building on it.

@@ -15,7 +15,8 @@ usage: rlm ask "TASK" [--context FILE|-] [--model M] [--sub-model M] [--backend 
                       [--max-time S] [--execute-timeout S] [--llm-call-timeout S]
                       [--sub-models a,b] [--prices FILE.json] [--limit NAME=VALUE]...
                       [--context-window N] [--history full|compact] [--resume FILE.jsonl]
-                      [--cache] [--events FILE|-] [--otel URL] [--quiet]
+                      [--cache] [--events FILE|-] [--otel URL] [--tools FILE.lua]
+                      [--quiet]
 
 Runs the RLM loop: the model explores the context in a sandbox by writing Python, until its
 code calls SUBMIT. Prints the answer (or, with --json, every output field and the run's usage).
@@ -34,6 +35,8 @@ recorded answers, then the run goes on live, appending to the file); --cache kee
 answers under $XDG_CACHE_HOME/rlm and sends no repeated sub-call.
 --events FILE|- writes the run's records (the trajectory's JSON lines) as they happen, for other
 programs to follow; with `-` they go to stdout and the answer is only in the last one.
+--tools FILE.lua gives the code your tools: the file returns a table of Lua functions and MCP
+servers (docs/lua-api.md, Tools), each a Python function in the sandbox that runs here.
 --otel URL sends the run as one OpenTelemetry trace (OTLP/HTTP JSON) to the collector at URL
 (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT when set; none).
 Exit codes: 0 an answer (submitted, or extracted when the run stopped early: the reason goes
@@ -46,7 +49,16 @@ local SPEC = {context = "string", model = "string", sub_model = "string", backen
               max_time = "number", max_tokens = "number", quiet = "flag", limit = "assign",
               execute_timeout = "number", llm_call_timeout = "number", sub_models = "list",
               prices = "string", context_window = "number", history = "string",
-              resume = "string", cache = "flag", events = "string", otel = "string"}
+              resume = "string", cache = "flag", events = "string", otel = "string", tools = "string"}
+
+-- The tools a --tools file returns (see rlm.tools).
+local function load_tools(path)
+  local chunk, err = loadfile(path, "t")
+  if not chunk then error("--tools: " .. err, 0) end
+  local t = chunk()
+  if type(t) ~= "table" then error("--tools: " .. path .. " must return a table of tools", 0) end
+  return t
+end
 
 -- Writes each record as one JSON line to path ("-": stdout), flushed at once.
 local function event_writer(path)
@@ -102,6 +114,7 @@ function M.main(argv)
     llm_call_timeout = opts.llm_call_timeout, sub_models = opts.sub_models, prices_file = opts.prices,
     context_window = opts.context_window, history = opts.history, resume = opts.resume,
     cache = opts.cache or nil, events = opts.events and event_writer(opts.events), otel = opts.otel,
+    tools = opts.tools and load_tools(opts.tools),
   }
   local answered = res.submitted or res.extracted
   -- with --events -, stdout carries the events only

@@ -153,6 +153,11 @@ def make_helpers(session):
             raise RuntimeError("the host answered budget() with something that is not a dict")
         return result
 
+    def _rlm_tool(name, args):
+        """Calls the host's tool `name` (the functions the tools= option defines call this)."""
+        args = {k: v for k, v in args.items() if v is not None}
+        return expect_count(call(session, "tool", {"name": name, "args": args}), 1, name)[0]
+
     def add_buffer(name, value):
         """Appends value to the named buffer."""
         session.buffers.setdefault(name, []).append(value)
@@ -178,6 +183,6 @@ def make_helpers(session):
             print(f"{row['name']} ({row['type']}{size}): {row['preview']}")
 
     return {f.__name__: f for f in (SUBMIT, llm_query, llm_query_batched, rlm_query, budget,
-                                    add_buffer, get_buffer, clear_buffer, SHOW_VARS)}
+                                    _rlm_tool, add_buffer, get_buffer, clear_buffer, SHOW_VARS)}
 
 

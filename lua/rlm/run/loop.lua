@@ -24,7 +24,8 @@ local RUN_OPTIONS = {task = "string", context = "any", model = "string", sub_mod
   context_window = "number", resume = "any", cache = "any", child_max_iterations = "number",
   history = "any", prompt_cache = "any", otel = "any",
   -- internal: a child run's share of its parent
-  _budget = "any", _depth = "any", _trace = "any", _parent = "any", _replay = "any", _append = "any"}
+  _budget = "any", _depth = "any", _trace = "any", _parent = "any", _replay = "any", _append = "any",
+  _tool_counts = "any"}
 
 -- Interpreter options rlm.run does not pass on: it answers the calls itself.
 local NOT_PASSED = {on_call = true, model = true, sub_model = true, max_llm_calls = true,
@@ -235,6 +236,7 @@ function Run:loop()
     submit_signature = table.concat(self.outputs, "=..., ") .. "=...",
     max_iterations = self.max_iterations, max_llm_calls = self.budget.limits.max_llm_calls or "unlimited",
     max_output_chars = self.max_output_chars, sub_capacity = self.sub_capacity,
+    tools = require("rlm.tools").prompt_text(self.interp and self.interp.tools or {}),
   }
   self.system = self:render("system", vars)
   self.first_message = self:render("first", vars)
@@ -371,7 +373,7 @@ function M.new_run(opts)
     cache = subcalls.cache_dir(opts.cache), cache_hits = 0, cache_saved = 0,
     prompts = prompts, depth = depth, parent = opts._parent,
     id = ("r%d-%d"):format(sys.getpid(), run_counter),
-    on_event = opts.on_event, steps = {},
+    on_event = opts.on_event, steps = {}, tool_counts = opts._tool_counts or {},
   }, Run)
   self.budget = opts._budget or budget_mod.new{
     max_llm_calls = option(opts, "max_llm_calls"), max_tokens = opts.max_tokens,

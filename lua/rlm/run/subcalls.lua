@@ -215,6 +215,7 @@ function Run:rlm_query(task, context)
     max_iterations = self.opts.child_max_iterations,
     model = self.sub_model, prompts = self.prompts,
     _budget = self.budget:child(self.child_budget), _depth = self.depth + 1, _trace = self.tracer,
+    _tool_counts = self.tool_counts,
     _parent = self.id, on_event = self.on_event,
   }, {__index = self.opts}))
   self:record{type = "subcall", kind = "rlm_query", turn = self.turn, child = child.run_id,
@@ -246,6 +247,34 @@ function Run:recorded_call(kind)
   return call.results
 end
 
+-- A call of one of the user's tools (rlm.tools): its max_calls and price held for the whole
+-- tree, counted (by_model "tool:NAME"), recorded like a sub-call.
+function Run:tool_call(args)
+  local t = self.interp and self.interp.tool_index and self.interp.tool_index[args.name]
+  if not t then return nil, ("no tool named %s"):format(tostring(args.name)) end
+  local counts = self.tool_counts
+  local n = (counts[t.name] or 0) + 1
+  if t.max_calls and n > t.max_calls then
+    return nil, ("max_calls: %s may be called %d times in this run"):format(t.name, t.max_calls)
+  end
+  local label = "tool:" .. t.name
+  local ticket, why = self.budget:reserve_cost(t.price or 0, label)
+  if not ticket then return nil, why end
+  counts[t.name] = n
+  local started = sys.now()
+  local ok, res, err = pcall(require("rlm.tools").invoke, t, type(args.args) == "table" and args.args or {})
+  if not ok then res, err = nil, tostring(res) end
+  self.budget:settle(ticket, label, res ~= nil and EMPTY or nil, res ~= nil and (t.price or 0) or 0)
+  async.check_interrupt()
+  local reply = res ~= nil and json.encode(res) or ("[ERROR] " .. tostring(err))
+  self:record{type = "subcall", kind = "tool", tool = t.name, turn = self.turn, count = 1,
+              model = label, prompt_chars = #json.encode(json.object(args.args or {})),
+              reply_chars = #reply, duration = sys.now() - started, replies = {reply},
+              items = {{prompt = json.encode(json.object(args.args or {})), cost = res ~= nil and t.price or nil}}}
+  if res == nil then return nil, err end
+  return {res}
+end
+
 function Run:answer_call(kind, args)
   for k, v in pairs(args) do
     if v == json.null then args[k] = nil end      -- Python's None
@@ -256,6 +285,8 @@ function Run:answer_call(kind, args)
     return self:llm_query(args.prompts or {}, args.model, kind)
   elseif kind == "rlm_query" then
     return self:rlm_query(args.task, args.context)
+  elseif kind == "tool" then
+    return self:tool_call(args)
   elseif kind == "budget" then
     local v = self.budget:view(self.max_depth - self.depth - 1)
     v.seconds = self:time_left()
