@@ -1,0 +1,185 @@
+--- Daytona's real lifecycle, as the stand-in (tests/standins/daytona) learned it from
+-- daytonaio/daytona v0.190.0, and how rlm.daytona copes with it: ephemeral sandboxes that are
+-- deleted when stopped, a preview token that changes at every start, a long `creating` state,
+-- connections that break between request and answer, an organisation's CPU quota and the
+-- throttler's Retry-After-{name} headers.
+local T = require "support"
+local daytona = require "rlm.daytona"
+local async = require "rlm.async"
+local http = require "rlm.http"
+local json = require "rlm.json"
+local sys = require "rlm.sys"
+
+local tests = {}
+
+local KEY = "sk-test-5ecret-lifecycle"
+
+local function standin(...)
+  local s = T.daytona_standin(KEY, ...)
+  s.client = daytona.client{api_key = KEY, api_url = s.url .. "/api", env = function() end}
+  return s
+end
+
+local function control(s, method, path, body)
+  local res = assert(http.request{url = s.url .. "/_control/" .. path, method = method,
+                                  body = body and json.encode(body)})
+  return json.decode(res.body)
+end
+
+local function count(s, key)
+  return control(s, "GET", "stats").requests[key] or 0
+end
+
+local function api(s, method, path, body)
+  return assert(http.request{url = s.url .. "/api" .. path, method = method,
+                             headers = {authorization = "Bearer " .. KEY,
+                                        ["content-type"] = "application/json"},
+                             body = body and json.encode(body)})
+end
+
+tests["stand-in: stopping an ephemeral sandbox deletes it; it cannot start again"] = function()
+  local s = standin()
+  local c = s.client
+  local sb = assert(c:create_sandbox{ephemeral = true})
+  T.eq(sb.autoDeleteInterval, 0)
+  local stopped = api(s, "POST", "/sandbox/" .. sb.id .. "/stop")
+  T.eq(stopped.status, 200)
+  T.eq(json.decode(stopped.body).desiredState, "destroyed", "the stop is a soft delete")
+  local gone, err = c:get_sandbox(sb.id)
+  T.eq(gone, nil)
+  T.eq(err.status, 404)
+  local again = api(s, "POST", "/sandbox/" .. sb.id .. "/start")
+  T.eq(again.status, 404, "a deleted sandbox does not start")
+  T.eq(control(s, "GET", "stats").sandboxes, {})
+  -- one that is not ephemeral stops and starts
+  local keep = assert(c:create_sandbox{})
+  T.eq(assert(c:stop_sandbox(keep.id)).state, "stopped")
+  T.eq(assert(c:start_sandbox(keep.id)).state, "started")
+end
+
+tests["stand-in: every start gives the sandbox a new preview token"] = function()
+  local s = standin()
+  local c = s.client
+  local sb = assert(c:create_sandbox{})
+  local function token()
+    return assert(c:request{path = {"sandbox", sb.id, "ports", "8080", "preview-url"}}).token
+  end
+  local first = token()
+  T.eq(token(), first, "the token holds while the sandbox runs")
+  assert(c:stop_sandbox(sb.id))
+  T.eq(token(), first, "stopping does not change it")
+  assert(c:start_sandbox(sb.id))
+  local second = token()
+  T.truthy(second ~= first and #second >= 16, "a new token after the start")
+end
+
+tests["stand-in: a sandbox reads `creating` for --create-seconds; DELETE is 409 meanwhile"] =
+function()
+  local s = standin("--create-seconds", "2")
+  local c = s.client
+  local t0 = sys.now()
+  local sb = assert(c:create_sandbox{wait = false})
+  T.eq(sb.state, "creating")
+  T.eq(assert(c:get_sandbox(sb.id)).state, "creating")
+  T.eq(api(s, "DELETE", "/sandbox/" .. sb.id).status, 409)
+  local _, err = assert(c:toolbox(sb)):execute{command = "true"}
+  T.truthy(err, "no toolbox before the sandbox exists")
+  T.eq(assert(c:wait_sandbox(sb.id, {"started"}, 30)).state, "started")
+  T.truthy(sys.now() - t0 >= 1.9, "creating lasted the time asked")
+  T.eq(api(s, "DELETE", "/sandbox/" .. sb.id).status, 200)
+end
+
+tests["stand-in: the CPU quota refuses a create past it with Daytona's 400"] = function()
+  local s = standin("--cpu-quota", "3")
+  local c = s.client
+  local a = assert(c:create_sandbox{cpu = 2})
+  local res = api(s, "POST", "/sandbox", {cpu = 2})
+  T.eq(res.status, 400)
+  T.contains(json.decode(res.body).message, "Total CPU limit exceeded. Maximum allowed: 3.")
+  assert(c:create_sandbox{cpu = 1})
+  assert(c:delete_sandbox(a.id))
+  T.eq(api(s, "POST", "/sandbox", {cpu = 2}).status, 200, "a deleted sandbox frees its CPUs")
+end
+
+tests["stand-in: a throttled request carries Retry-After-{throttler}, no plain Retry-After"] =
+function()
+  local s = standin()
+  control(s, "POST", "faults", {method = "POST", path = "/api/sandbox", status = 429,
+                                 throttler = "sandbox-create", retry_after = 7})
+  local res = api(s, "POST", "/sandbox", {})
+  T.eq(res.status, 429)
+  T.eq(res.headers["retry-after-sandbox-create"], "7")
+  T.eq(res.headers["x-ratelimit-remaining-sandbox-create"], "0")
+  T.eq(res.headers["retry-after"], nil)
+end
+
+tests["stand-in: a reset after the request ran loses only the answer"] = function()
+  local s = standin()
+  local c = s.client
+  local sb = assert(c:create_sandbox{})
+  local tb = assert(c:toolbox(sb))
+  control(s, "POST", "faults", {path = "/toolbox/" .. sb.id .. "/process/execute", reset = true,
+                                 after = true})
+  local res = http.request{url = s.url .. "/toolbox/" .. sb.id .. "/process/execute",
+                           method = "POST", retries = 0, headers = {authorization = "Bearer " .. KEY,
+                                                       ["content-type"] = "application/json"},
+                           body = json.encode{command = "echo ran >> /tmp/count"}}
+  T.eq(res, nil, "no answer came")
+  T.eq(assert(tb:execute{command = "cat /tmp/count"}).result, "ran\n", "the command ran once")
+end
+
+-- ---------- the client ----------
+
+tests["client: a POST whose connection broke after the request went out is not sent again"] =
+function()
+  local s = standin()
+  local c = s.client
+  local sb = assert(c:create_sandbox{})
+  local tb = assert(c:toolbox(sb))
+  control(s, "POST", "faults", {path = "/toolbox/" .. sb.id .. "/process/execute", reset = true,
+                                 after = true})
+  local res, err = tb:execute{command = "echo ran >> /tmp/count"}
+  T.eq(res, nil, "the answer was lost")
+  T.truthy(err and err.status == nil, "a transport error: " .. tostring(err))
+  T.eq(assert(tb:execute{command = "cat /tmp/count"}).result, "ran\n", "the command ran once")
+  -- a create: found by its label instead of made twice
+  control(s, "POST", "faults", {method = "POST", path = "/api/sandbox", reset = true, after = true})
+  local before = #control(s, "GET", "stats").sandboxes
+  local made = assert(c:create_sandbox{})
+  T.eq(#control(s, "GET", "stats").sandboxes, before + 1, "one sandbox for one create")
+  T.eq(count(s, "POST /api/sandbox"), 2, "the create was sent once more (the fault's) only")
+  T.truthy(made.id, "the sandbox made despite the lost answer")
+end
+
+tests["client: Retry-After-{throttler} is waited for"] = function()
+  local s = standin()
+  local c = s.client
+  control(s, "POST", "faults", {method = "POST", path = "/api/sandbox", status = 429,
+                                 throttler = "sandbox-create", retry_after = 2})
+  local t0 = sys.now()
+  assert(c:create_sandbox{})
+  local took = sys.now() - t0
+  T.truthy(took >= 1.9 and took < 30, ("waited %.2f s for a Retry-After of 2 s"):format(took))
+  T.eq(count(s, "POST /api/sandbox"), 2)
+end
+
+tests["client: a create at the organisation's CPU quota waits until the quota frees"] =
+function()
+  local s = standin("--cpu-quota", "1")
+  local c = s.client
+  local first = assert(c:create_sandbox{})
+  local t0 = sys.now()
+  local later = async.spawn(function() return c:create_sandbox{quota_wait = 60} end)
+  async.sleep(1.5)
+  assert(c:delete_sandbox(first.id))
+  local sb, err = later:join()
+  T.truthy(sb, "the second create got through: " .. tostring(err))
+  T.truthy(sys.now() - t0 >= 1.4, "it waited for the quota")
+  T.truthy(count(s, "POST /api/sandbox") >= 3, "it asked again")
+  -- without a wait the refusal is final, and says so
+  local _, final = c:create_sandbox{}
+  T.eq(final.status, 400)
+  T.contains(tostring(final), "Total CPU limit exceeded")
+end
+
+return tests
