@@ -182,4 +182,66 @@ function()
   T.contains(tostring(final), "Total CPU limit exceeded")
 end
 
+-- ---------- the interpreter on the daytona backend ----------
+
+local rlm = require "rlm"
+local backend = require "rlm.backend.daytona"
+
+-- Points DAYTONA_* at s for this test; interpreters made with interp() are shut down and the
+-- test fails if a sandbox is left.
+local function on_standin(args, fn)
+  return function()
+    local s = standin(table.unpack(args))
+    for k, v in pairs{DAYTONA_API_KEY = KEY, DAYTONA_API_URL = s.url .. "/api"} do
+      local old = sys.getenv(k)
+      sys.setenv(k, v)
+      T.defer(function() sys.setenv(k, old) end)
+    end
+    local made = {}
+    s.interp = function(opts)
+      local o = {backend = "daytona"}
+      for k, v in pairs(opts or {}) do o[k] = v end
+      local i = rlm.interpreter(o)
+      made[#made + 1] = i
+      T.defer(function() i:shutdown() end)
+      return i
+    end
+    fn(s)
+    for _, i in ipairs(made) do i:shutdown() end
+    T.eq(backend.settle(30), 0, "deletions still running")
+    T.eq(control(s, "GET", "stats").sandboxes, {}, "sandboxes left in the stand-in")
+  end
+end
+
+tests["backend: a connection reset after an execute went out never runs the block twice"] =
+  on_standin({}, function(s)
+    local i = s.interp{}
+    i:execute("n = 0")
+    local sid = i.sandbox.id
+    for round = 1, 3 do
+      control(s, "POST", "faults", {path = "/toolbox/" .. sid .. "/process/execute", reset = true,
+                                     after = true})
+      local out, run = i:execute("n += 1\nSUBMIT(n=n)")
+      T.eq(out, {n = round}, "round " .. round .. ": " .. tostring(run.error))
+      T.truthy(not run.state_lost, "the driver was kept")
+    end
+    T.eq(i:execute("SUBMIT(n=n)"), {n = 3})
+  end)
+
+tests["backend: a stalled answer past execute_timeout is not the code's timeout"] =
+  on_standin({}, function(s)
+    local i = s.interp{execute_timeout = 2}
+    i:execute("n = 0")
+    -- the block ends at once; its answer is held past the host's wait, then lost
+    control(s, "POST", "faults", {path = "/toolbox/" .. i.sandbox.id .. "/process/execute",
+                                   reset = true, after = true, delay_ms = 4500})
+    local out, run = i:execute("n += 1\nSUBMIT(n=n)")
+    T.eq(out, {n = 1}, tostring(run.error))
+    T.truthy(not run.state_lost, "the session was kept")
+    T.eq(i:execute("SUBMIT(n=n)"), {n = 1})
+    -- a block that really runs past the limit is still the code's timeout
+    local _, late = i:execute("import time\ntime.sleep(30)")
+    T.contains(tostring(late.error), "TimeoutError")
+  end)
+
 return tests

@@ -49,6 +49,8 @@ local HELPER_PYTHON = PYTHON .. " -S"
 local INLINE_REQUEST = 24 * 1024
 -- Extra seconds an HTTP call waits past the wanted time, for the answer to travel back.
 local GRACE = 0.5
+-- Seconds a request sent again after our wait ran out may take to bring the first answer back.
+local PROBE = 5
 local DELETE_TIMEOUT = 30
 
 M.LABEL = "rlm"
@@ -68,6 +70,11 @@ end
 -- one `sh -c` argument means the same on both.
 local function shell_command(script)
   return "sh -c " .. sh_quote(script)
+end
+
+-- Whether a toolbox call failed by running out of time (ours, or the daemon's).
+local function timed_out(err)
+  return err.code == "TIMEOUT" or err.status == 408 or err.code == "PROCESS_EXECUTION_TIMEOUT"
 end
 
 --- "user@host:pid": who made a sandbox, so leftovers of a dead process can be told apart.
@@ -258,7 +265,7 @@ function M.create(opts)
   end)
 
   local self = setmetatable({id = created.id, client = client, opts = opts, steps = steps,
-                             starts = 0}, Sandbox)
+                             starts = 0, requests = 0}, Sandbox)
   local ok, err = pcall(function()
     local sb = timed(steps, "start", function()
       if created.state == "started" then return created end
@@ -341,12 +348,15 @@ end
 -- ten requests a start.
 function Sandbox:read_ready(timeout)
   local wait = math.ceil(timeout)
-  local res, err = self.toolbox:execute{
-    command = ("%s %s --wait-ready %s --timeout %d"):format(HELPER_PYTHON, DRIVER, self.outputs,
-                                                             wait),
-    timeout = wait + 1}
+  -- Only reads files: it may go again after a broken connection or a gateway's 502.
+  local res, err = self.toolbox:request{
+    method = "POST", path = {"process", "execute"}, idempotent = true,
+    timeout = wait + 1 + 10,
+    json = {command = ("%s %s --wait-ready %s --timeout %d"):format(HELPER_PYTHON, DRIVER,
+                                                                    self.outputs, wait),
+            timeout = wait + 1}}
   if not res then
-    if err.code == "TIMEOUT" or err.status == 408 or err.code == "PROCESS_EXECUTION_TIMEOUT" then
+    if timed_out(err) then
       return nil, "no answer from the sandbox in time", "timeout"
     end
     return nil, "cannot read the driver's output: " .. tostring(err), "dead"
@@ -360,16 +370,26 @@ function Sandbox:read_ready(timeout)
   return common.decode_event(out:match("^([^\n]*)"))
 end
 
--- The client command for one request line.
-function Sandbox:client_command(line)
+-- The client command for one request line, under an id the driver answers once.
+function Sandbox:client_command(line, request_id)
+  local client = ("%s %s --client %s --request-id %s"):format(HELPER_PYTHON, DRIVER, self.socket,
+                                                             request_id)
   if #line <= INLINE_REQUEST then
-    return ("%s %s --client %s --request-b64 %s"):format(HELPER_PYTHON, DRIVER, self.socket,
-                                                         common.base64_encode(line))
+    return ("%s --request-b64 %s"):format(client, common.base64_encode(line))
   end
   local ok, err = self.toolbox:upload({{path = REQUEST_FILE, data = line}})
   if not ok then return nil, "cannot upload the request: " .. tostring(err) end
-  return ("%s %s --client %s --request-file %s"):format(HELPER_PYTHON, DRIVER, self.socket,
-                                                        REQUEST_FILE)
+  return ("%s --request-file %s"):format(client, REQUEST_FILE)
+end
+
+-- One process/execute of the client. The request carries its id, so the transport may send it
+-- again after a broken connection (idempotent): the driver gives a repeat the first answer.
+function Sandbox:run_client(command, timeout)
+  return self.toolbox:request{
+    method = "POST", path = {"process", "execute"}, idempotent = true,
+    timeout = timeout + GRACE, deadline = timeout + GRACE,
+    -- The daemon ends the client soon after the host stops waiting; the driver goes on.
+    json = {command = command, timeout = math.ceil(timeout) + 1}}
 end
 
 --- Sends one request and returns the next event; nil, err, kind ("timeout"|"dead"|"protocol").
@@ -381,18 +401,20 @@ function Sandbox:request(req, timeout)
     end
     return self:read_ready(timeout)
   end
-  local command, err = self:client_command(type(req) == "string" and req or json.encode(req))
+  self.requests = self.requests + 1
+  local command, err = self:client_command(type(req) == "string" and req or json.encode(req),
+                                           ("%d.%d"):format(self.starts, self.requests))
   if not command then return nil, err, "dead" end
   local res
-  res, err = self.toolbox:request{
-    method = "POST", path = {"process", "execute"},
-    timeout = timeout + GRACE, deadline = timeout + GRACE,
-    -- The daemon ends the client soon after the host stops waiting; the driver goes on.
-    json = {command = command, timeout = math.ceil(timeout) + 1}}
+  res, err = self:run_client(command, timeout)
+  if not res and timed_out(err) then
+    -- Our wait ran out, which a stalled network does as well as a block that runs on: ask
+    -- again under the same id. A block that ended meanwhile answers at once; one still running
+    -- holds the repeat back until it too runs out.
+    res, err = self:run_client(command, PROBE)
+  end
   if not res then
-    if err.code == "TIMEOUT" or err.status == 408 or err.code == "PROCESS_EXECUTION_TIMEOUT" then
-      return nil, "no answer from the sandbox in time", "timeout"
-    end
+    if timed_out(err) then return nil, "no answer from the sandbox in time", "timeout" end
     return nil, tostring(err), "dead"
   end
   local out = type(res.result) == "string" and res.result or ""
