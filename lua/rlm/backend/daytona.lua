@@ -302,15 +302,21 @@ end
 
 -- ---------- the driver ----------
 
--- A sandbox stopped behind our back (idle past auto-stop, or from the dashboard) refuses every
--- toolbox call; after a driver death, start it again so the run goes on with fresh state.
+-- Our sandboxes are ephemeral (autoDeleteInterval 0): stopping one, by request or by
+-- auto-stop, deletes it (apps/api/src/sandbox/services/sandbox.service.ts, stop). One that
+-- is gone cannot come back; one merely stopped (made by other means) is started again.
 function Sandbox:ensure_started()
   local sb, err = self.client:get_sandbox(self.id)
+  local gone = not sb and err.status == 404 or sb and (sb.state == "destroying" or
+    sb.state == "destroyed" or sb.desiredState == "destroyed")
+  if gone then
+    self.destroyed = true   -- nothing left to delete
+    error(("the Daytona sandbox %s is gone: rlm's sandboxes are ephemeral, and stopping one " ..
+           "(from outside, or idle past its auto-stop) deletes it; create a new interpreter")
+          :format(self.id), 0)
+  end
   if not sb then fail("cannot read the Daytona sandbox's state", err) end
   if sb.state == "started" then return end
-  if sb.state == "destroying" or sb.state == "destroyed" or sb.desiredState == "destroyed" then
-    error(("the Daytona sandbox %s was deleted from outside this run"):format(self.id), 0)
-  end
   local started, why = self.client:start_sandbox(self.id, self.opts.start_timeout or 120)
   if not started then
     fail(("the Daytona sandbox %s was %s and could not be started again"):format(
