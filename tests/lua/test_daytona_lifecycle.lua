@@ -244,4 +244,22 @@ tests["backend: a stalled answer past execute_timeout is not the code's timeout"
     T.contains(tostring(late.error), "TimeoutError")
   end)
 
+tests["backend: 20 interpreters at once under a 10-CPU quota all finish"] =
+  on_standin({"--cpu-quota", "10"}, function(s)
+    local tasks = {}
+    for n = 1, 20 do
+      tasks[n] = async.spawn(function()
+        local i = s.interp{start_timeout = 300}
+        local out, run = i:execute("SUBMIT(n=n)", {n = n})
+        i:shutdown()
+        return out and out.n or tostring(run.error)
+      end)
+    end
+    for n, task in ipairs(tasks) do
+      local ok, got = pcall(task.join, task, 600)
+      T.eq(ok and got, n, "interpreter " .. n .. ": " .. tostring(got))
+    end
+    T.truthy(count(s, "POST /api/sandbox") > 20, "some creates met the quota and waited")
+  end)
+
 return tests

@@ -257,8 +257,11 @@ function M.create(opts)
       snapshot = opts.snapshot, env = env, labels = labels, volumes = volumes,
       network_block_all = block or nil,
       -- A sandbox this process loses stops after being idle past its lifetime, and a stopped
-      -- one is deleted at once.
+      -- one is deleted at once; newer APIs also end it past its wall-clock lifetime.
       auto_stop_interval = math.max(15, minutes + 5), auto_delete_interval = 0,
+      ttl_minutes = minutes + 10,
+      -- At the organisation's quota, wait as long as a start may take for others to go.
+      quota_wait = opts.start_timeout or 120,
       wait = false}
     if not sb then fail("cannot create a Daytona sandbox", err) end
     return sb
