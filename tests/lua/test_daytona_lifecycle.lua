@@ -262,4 +262,43 @@ tests["backend: 20 interpreters at once under a 10-CPU quota all finish"] =
     T.truthy(count(s, "POST /api/sandbox") > 20, "some creates met the quota and waited")
   end)
 
+tests["backend: a start that fails while the sandbox is creating reports why, and deletes it"] =
+  on_standin({"--create-seconds", "4"}, function(s)
+    -- Daytona refuses to delete a sandbox still being created (409), for as long as that takes
+    -- (minutes on a busy region): more than destroy() waits in place, here 1 s.
+    local wait = backend.DELETE_WAIT
+    backend.DELETE_WAIT = 1
+    T.defer(function() backend.DELETE_WAIT = wait end)
+    local i = s.interp{start_timeout = 1}
+    local err = T.raises(function() i:start() end, "did not start")
+    T.truthy(tostring(err):find("did not start", 1, true) < 60, "the cause comes first: " .. err)
+    T.truthy(not tostring(err):find("cannot delete", 1, true), "not replaced by the cleanup")
+    T.contains(err, "still being deleted")
+    T.eq(#control(s, "GET", "stats").sandboxes, 1, "the delete goes on")
+    T.eq(backend.settle(30), 0, "a later settle finishes it")
+    T.eq(control(s, "GET", "stats").sandboxes, {})
+  end)
+
+tests["an interrupt while the sandbox is creating leaves no sandbox"] =
+  on_standin({"--create-seconds", "3"}, function(s)
+    for _, signal in ipairs{"INT", "TERM"} do
+      local before = count(s, "POST /api/sandbox")
+      local proc = assert(sys.spawn{argv = {T.rlm, "-e", [[
+require("rlm").interpreter{backend = "daytona", start_timeout = 60}:start()]]},
+        env = {PATH = sys.getenv("PATH"), HOME = sys.getenv("HOME"),
+               TMPDIR = sys.getenv("TMPDIR"), RLM_LUA_PATH = sys.getenv("RLM_LUA_PATH"),
+               DAYTONA_API_KEY = KEY, DAYTONA_API_URL = s.url .. "/api"},
+        stdin = "null", stderr = "pipe"})
+      T.defer(function() proc:close() end)
+      local t0 = sys.now()
+      while count(s, "POST /api/sandbox") == before and sys.now() - t0 < 30 do sys.sleep(0.05) end
+      T.eq(#control(s, "GET", "stats").sandboxes, 1, signal .. ": the sandbox is being created")
+      proc:kill(signal == "INT" and 2 or 15)
+      local how = sys.wait(proc, 60)
+      T.eq(how, "exit", signal)
+      T.eq(control(s, "GET", "stats").sandboxes, {}, signal .. ": nothing left on Daytona")
+      T.truthy(count(s, "DELETE /api/sandbox/{id}") >= 2, signal .. ": the delete waited out the 409s")
+    end
+  end)
+
 return tests

@@ -34,6 +34,9 @@ local sys = require "rlm.sys"
 
 local M = {name = "daytona", options = {daytona = true, snapshot = true, labels = true}}
 
+-- Seconds destroy() waits in place for its DELETE; what is left is settle()'s to finish.
+M.DELETE_WAIT = 30
+
 local HOME, WORKSPACE, MEMORY = common.HOME, common.WORKSPACE, common.MEMORY
 local basename = common.basename
 local RLM_DIR = HOME .. "/.rlm"
@@ -52,6 +55,10 @@ local GRACE = 0.5
 -- Seconds a request sent again after our wait ran out may take to bring the first answer back.
 local PROBE = 5
 local DELETE_TIMEOUT = 30
+-- A sandbox still being created or started refuses deletion (409) for as long as that lasts,
+-- which can be minutes (apps/api/src/sandbox/services/sandbox.service.ts, destroy): its DELETE
+-- keeps trying that long, in the background once destroy() stops waiting in place.
+local DELETE_DEADLINE = 600
 
 M.LABEL = "rlm"
 M.OWNER_LABEL = "rlm-owner"
@@ -216,6 +223,19 @@ local function stage_local_repo(tb, url, ref)
   end
 end
 
+-- Deletes sb after a failure and returns the message to raise: the failure's own first, then
+-- what became of the sandbox when its deletion failed or goes on in the background.
+local function after_cleanup(sb, err)
+  local deleted, why = pcall(sb.destroy, sb)
+  if not deleted then
+    return ("%s; and %s"):format(tostring(err), tostring(why))
+  elseif why == false then
+    return ("%s; the Daytona sandbox %s is still being deleted (that goes on in the background; " ..
+            "`rlm sandboxes` lists it until it is gone)"):format(tostring(err), sb.id)
+  end
+  return tostring(err)
+end
+
 -- Times each step of create() for `rlm daytona-smoke`.
 local function timed(steps, name, fn)
   local t0 = sys.now()
@@ -296,12 +316,10 @@ function M.create(opts)
       end)
     end
   end)
-  if not ok then
-    self:destroy()
-    error(err, 0)
-  end
+  if not ok then error(after_cleanup(self, err), 0) end
   return self
 end
+
 
 -- ---------- the driver ----------
 
@@ -553,26 +571,27 @@ local function finish(op)
   return true
 end
 
---- Deletes the sandbox; idempotent, and never yields from a finaliser (see the top).
+--- Deletes the sandbox; idempotent, and never yields from a finaliser (see the top). Returns
+-- true once it is deleted, false while its deletion goes on (settle() finishes it).
 function Sandbox:destroy()
   local client, id = self.client, self.id
-  if not client or self.destroyed then return end
+  if not client or self.destroyed then return true end
   self.destroyed = true
   self.session, self.toolbox = nil, nil
   -- retry_conflict: a sandbox still being created or started answers 409 until it can go.
   local op = client.core:request{method = "DELETE", base = client.api_url, path = {"sandbox", id},
-                                 timeout = DELETE_TIMEOUT, deadline = DELETE_TIMEOUT,
-                                 retry_conflict = true,
-                                 retries = client.retries}
+                                 timeout = DELETE_TIMEOUT, deadline = DELETE_DEADLINE,
+                                 retry_conflict = true, retries = 1000}
   deleting[op] = id
-  if not may_wait() then return end
-  async.await(op:id(), DELETE_TIMEOUT + 5)
-  if not op:done() then return end     -- left to settle()
+  if not may_wait() then return false end
+  async.await(op:id(), M.DELETE_WAIT)
+  if not op:done() then return false end     -- left to settle()
   local ok, err = finish(op)
   if not ok then
     error(("cannot delete Daytona sandbox %s: %s (it stops by itself when idle; `rlm sandboxes " ..
            "--prune` deletes it)"):format(id, tostring(err)), 0)
   end
+  return true
 end
 
 --- Waits (at most timeout seconds) for deletions started from finalisers; returns how many
@@ -593,7 +612,18 @@ function M.settle(timeout)
   return left, failed
 end
 
--- The CLI settles every backend's deletions before it exits, through the registry.
-require("rlm.registry").on_settle(function() M.settle() end)
+-- The CLI settles every backend's deletions before it exits, through the registry; what is
+-- still going on then is named, for `rlm sandboxes`.
+require("rlm.registry").on_settle(function()
+  local left = M.settle()
+  local ids = {}
+  for _, id in pairs(deleting) do ids[#ids + 1] = id end
+  table.sort(ids)
+  for _, id in ipairs(ids) do
+    io.stderr:write(("rlm: Daytona sandbox %s is still being deleted; `rlm sandboxes` lists it " ..
+                     "and `rlm sandboxes --prune` deletes it if it is left\n"):format(id))
+  end
+  return left
+end)
 
 return M
