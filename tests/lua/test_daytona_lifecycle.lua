@@ -301,4 +301,25 @@ require("rlm").interpreter{backend = "daytona", start_timeout = 60}:start()]]},
     end
   end)
 
+tests["mcp: a session's sandbox stops (and so goes) after minutes idle, not a day"] =
+  on_standin({}, function(s)
+    local proc = assert(sys.spawn{argv = {T.rlm, "mcp", "--backend", "daytona"},
+      env = {PATH = sys.getenv("PATH"), HOME = sys.getenv("HOME"), TMPDIR = sys.getenv("TMPDIR"),
+             RLM_LUA_PATH = sys.getenv("RLM_LUA_PATH"), DAYTONA_API_KEY = KEY,
+             DAYTONA_API_URL = s.url .. "/api"},
+      stdin = "pipe", stderr = "pipe"})
+    T.defer(function() proc:kill("KILL"); sys.wait(proc, 2); proc:close() end)
+    assert(proc:write(json.encode{jsonrpc = "2.0", id = 1, method = "tools/call", params = {
+      name = "sandbox_exec_stateful", arguments = {code = "print(6*7)"}}} .. "\n"))
+    local reply = json.decode(assert(sys.read_line(proc, 60)))
+    T.eq(reply.result.structuredContent.stdout, "42\n", json.encode(reply))
+    local boxes = assert(s.client:list_sandboxes{labels = {rlm = "1"}})
+    T.eq(#boxes, 1)
+    local stop = boxes[1].autoStopInterval
+    T.truthy(stop >= 10 and stop <= 30, "auto-stop after " .. stop .. " minutes idle")
+    T.eq(boxes[1].autoDeleteInterval, 0, "and a stopped one is deleted")
+    proc:kill("TERM")
+    T.eq(sys.wait(proc, 60), "exit")
+  end)
+
 return tests

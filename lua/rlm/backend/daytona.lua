@@ -32,7 +32,10 @@ local json = require "rlm.json"
 local common = require "rlm.backend.common"
 local sys = require "rlm.sys"
 
-local M = {name = "daytona", options = {daytona = true, snapshot = true, labels = true}}
+-- idle_timeout: seconds without a toolbox call after which Daytona stops the sandbox, which,
+-- being ephemeral, deletes it (default: the interpreter's lifetime plus 5 minutes).
+local M = {name = "daytona", options = {daytona = true, snapshot = true, labels = true,
+                                        idle_timeout = true}}
 
 -- Seconds destroy() waits in place for its DELETE; what is left is settle()'s to finish.
 M.DELETE_WAIT = 30
@@ -270,6 +273,10 @@ function M.create(opts)
   local env = {}
   for k, v in pairs(opts.env or {}) do env[k] = tostring(v) end
   local minutes = math.ceil((opts.timeout or 900) / 60)
+  -- Daytona's proxy counts a toolbox request as activity for as long as it runs (it renews it
+  -- every 50 s: apps/proxy/pkg/proxy/get_sandbox_target.go), so a long execute is not idle.
+  local idle_minutes = opts.idle_timeout and math.max(1, math.ceil(opts.idle_timeout / 60))
+                       or math.max(15, minutes + 5)
   local block = not opts.network and not (opts.repo_url and is_remote(opts.repo_url))
   local created = timed(steps, "create", function()
     -- wait = false: the id is ours before anything else can fail, so it can be deleted.
@@ -278,7 +285,7 @@ function M.create(opts)
       network_block_all = block or nil,
       -- A sandbox this process loses stops after being idle past its lifetime, and a stopped
       -- one is deleted at once; newer APIs also end it past its wall-clock lifetime.
-      auto_stop_interval = math.max(15, minutes + 5), auto_delete_interval = 0,
+      auto_stop_interval = idle_minutes, auto_delete_interval = 0,
       ttl_minutes = minutes + 10,
       -- At the organisation's quota, wait as long as a start may take for others to go.
       quota_wait = opts.start_timeout or 120,
