@@ -244,6 +244,26 @@ tests["backend: a stalled answer past execute_timeout is not the code's timeout"
     T.contains(tostring(late.error), "TimeoutError")
   end)
 
+tests["backend: a reset or a 502 on the driver's session start does not fail the start"] =
+  on_standin({}, function(s)
+    for _, f in ipairs{{suffix = "/process/session", reset = true, after = true},
+                       {suffix = "/process/session", status = 502},
+                       {suffix = "/exec", reset = true, after = true},
+                       {suffix = "/exec", status = 502, after = true},
+                       {suffix = "/process/execute", status = 502}} do
+      local what = json.encode(f)
+      f.method, f.path = "POST", "/toolbox/"
+      control(s, "POST", "reset")
+      control(s, "POST", "faults", f)
+      local i = s.interp{}
+      local out, run = i:execute("SUBMIT(answer=6*7)")
+      T.eq(out, {answer = 42}, what .. ": " .. tostring(run.error))
+      T.eq(count(s, "POST /toolbox/{sid}/process/session/{session_id}/exec"), 1,
+           what .. ": one driver")
+      i:shutdown()
+    end
+  end)
+
 tests["backend: 20 interpreters at once under a 10-CPU quota all finish"] =
   on_standin({"--cpu-quota", "10"}, function(s)
     local tasks = {}

@@ -359,8 +359,11 @@ function Sandbox:start_driver()
   local session = ("rlm-driver-%d"):format(self.starts)
   local socket = ("%s/driver-%d.sock"):format(RLM_DIR, self.starts)
   local tb = self.toolbox
-  local ok, err = tb:create_session(session)
-  if not ok then fail("cannot start the sandbox's driver (session)", err) end
+  -- The name is new, so it may go again: 409 "session already exists" (apps/daemon/pkg/session/
+  -- create.go) means an earlier attempt made it.
+  local ok, err = tb:request{method = "POST", path = {"process", "session"}, idempotent = true,
+                             json = {sessionId = session}}
+  if not ok and err.status ~= 409 then fail("cannot start the sandbox's driver (session)", err) end
   -- No `exec`: on Daytona a session is one long-lived shell, which must outlive the driver.
   -- Its output goes to files read_ready() watches from inside; its exit status too.
   local outputs = ("%s/driver-%d"):format(RLM_DIR, self.starts)
@@ -368,6 +371,14 @@ function Sandbox:start_driver()
                    "echo $? > %s.exit"):format(WORKSPACE, MEMORY, WORKSPACE, PYTHON, DRIVER, socket,
     table.concat(common.driver_settings(self.opts), " "), outputs, outputs, outputs)
   local res, why = tb:session_exec{session = session, command = command, async = true}
+  if not res and (why.status == nil or why.status == 502 or why.status == 503 or
+                  why.status == 504) then
+    -- The answer was lost, not necessarily the command: it is never sent twice (the daemon
+    -- takes no command id of ours), but the session is new, so a command in it is this one.
+    local found = tb:request{path = {"process", "session", session}}
+    local first = found and type(found.commands) == "table" and found.commands[1]
+    if first and first.id then res = {cmdId = first.id} end
+  end
   if not res then
     tb:delete_session(session)
     fail("cannot start the sandbox's driver", why)
