@@ -169,6 +169,9 @@ end
 -- Whether a failed create may have made a sandbox all the same: a gateway error or a lost
 -- answer, as opposed to a refusal.
 local function create_outcome_unknown(err)
+  -- A connection that was never made (refused, no such host) carried nothing: nothing was made,
+  -- and the transport has already spent its retries on it.
+  if err.kind == "connect" or err.kind == "dns" then return false end
   return err.status == nil or err.status == 502 or err.status == 503 or err.status == 504
 end
 

@@ -182,6 +182,24 @@ function()
   T.contains(tostring(final), "Total CPU limit exceeded")
 end
 
+tests["client: a create to a dead API fails once its own retries are spent, saying how long"] =
+function()
+  local s = standin()
+  s.proc:kill("KILL")
+  sys.wait(s.proc, 2)
+  local c = daytona.client{api_key = KEY, api_url = s.url .. "/api", deadline = 2,
+                           env = function() end}
+  local t0 = sys.now()
+  local sb, err = c:create_sandbox{}
+  local took = sys.now() - t0
+  T.eq(sb, nil)
+  T.eq(err.code, "CONNECTION_FAILED")
+  local said = tonumber(tostring(err):match("attempts in ([%d.]+) s"))
+  T.truthy(said, "the message says how long: " .. tostring(err))
+  -- nothing was sent, so nothing was made: no search by label, no second round of retries
+  T.truthy(took < said + 1, ("took %.1f s, the message says %.1f s"):format(took, said))
+end
+
 -- ---------- the interpreter on the daytona backend ----------
 
 local rlm = require "rlm"
