@@ -42,10 +42,11 @@ local function get(url, headers)
   return assert(http.request{url = url, headers = headers, timeout = 30})
 end
 
+-- A request as a deployed client sends it: the headers of its printed configuration.
 local function rpc(info, session, msg, headers)
   local h = {["Content-Type"] = "application/json", Accept = "application/json",
-             Authorization = "Bearer " .. info.token, ["X-Daytona-Preview-Token"] = info.preview_token,
              ["Mcp-Session-Id"] = session}
+  for k, v in pairs(info.config.mcpServers.rlm.headers) do h[k] = v end
   for k, v in pairs(headers or {}) do h[k] = v or nil end
   return assert(http.request{url = info.url, method = "POST", headers = h, body = json.encode(msg),
                              timeout = 120})
@@ -79,7 +80,11 @@ tests["deploy: served through the preview URL with both tokens; stop, restart, d
   T.eq(#s:live(), 1, "one sandbox: the failed local try was deleted")
   T.truthy(info.url:find("/mcp$"), info.url)
   T.eq(#info.token, 48)
-  T.eq(info.config.mcpServers.rlm.headers.Authorization, "Bearer " .. info.token)
+  -- not Authorization: Daytona's proxy would try it as a Daytona credential, and count each
+  -- failure against the client (apps/proxy/pkg/proxy/auth.go)
+  T.eq(info.config.mcpServers.rlm.headers, {["X-Rlm-Token"] = info.token,
+                                            ["X-Daytona-Preview-Token"] = info.preview_token})
+  T.eq(info.preview_token_changed, false, "a new deployment")
 
   -- the keys are the sandbox's environment, never its command line
   local sb = json.decode(get(s.url .. "/api/sandbox/" .. info.sandbox_id,
@@ -103,8 +108,8 @@ tests["deploy: served through the preview URL with both tokens; stop, restart, d
   T.eq(get(base .. "/health", {["X-Daytona-Preview-Token"] = "wrong"}).status, 307)
 
   -- MCP: both tokens needed
-  T.eq(rpc(info, nil, INIT, {Authorization = false}).status, 401)
-  T.eq(rpc(info, nil, INIT, {Authorization = "Bearer wrong"}).status, 401)
+  T.eq(rpc(info, nil, INIT, {["X-Rlm-Token"] = false}).status, 401)
+  T.eq(rpc(info, nil, INIT, {["X-Rlm-Token"] = "wrong"}).status, 401)
   T.eq(rpc(info, nil, INIT, {["X-Daytona-Preview-Token"] = false}).status, 307)
   local init = rpc(info, nil, INIT)
   T.eq(init.status, 200, init.body)
@@ -117,6 +122,7 @@ tests["deploy: served through the preview URL with both tokens; stop, restart, d
   local result = json.decode(call.body).result
   -- the code ran in a sandbox of its own, which holds no key
   T.eq(result.structuredContent.stdout, "42 []\n")
+  T.eq(s:stats().failed_auth, 0, "no client request was a failed Daytona login")
   T.truthy(#processes_with(s, ".rlm/bin/rlm") >= 1, "the deployed server runs below the stand-in")
 
   r = deploy(env, "--name", "team", "--status")
@@ -133,13 +139,22 @@ tests["deploy: served through the preview URL with both tokens; stop, restart, d
   T.eq(r.code, 1, "a stopped server is not healthy")
   T.contains(r.stdout, "stopped")
 
-  -- deploying again brings it back, with the same token (clients keep their configuration)
+  -- deploying again brings it back with the same server token, but Daytona gave the sandbox a
+  -- new preview token at its start (sandbox.service.ts, start): the new configuration is
+  -- printed, and said to be new
   r = deploy(env, "--name", "team", "--json")
   T.eq(r.code, 0, r.stdout .. r.stderr)
   local again = json.decode(r.stdout)
   T.eq(again.sandbox_id, info.sandbox_id)
   T.eq(again.token, info.token)
+  T.truthy(again.preview_token ~= info.preview_token, "a new preview token")
+  T.eq(again.preview_token_changed, true)
+  T.eq(rpc(info, nil, INIT).status, 307, "the old configuration no longer reaches it")
   T.eq(rpc(again, nil, INIT).status, 200)
+  r = deploy(env, "--name", "team")
+  T.eq(r.code, 0, r.stdout .. r.stderr)
+  T.contains(r.stdout, again.preview_token)
+  T.truthy(not r.stdout:find("changed", 1, true), "unchanged since the last deploy: " .. r.stdout)
 
   r = deploy(env, "--name", "team", "--delete")
   T.eq(r.code, 0, r.stderr)

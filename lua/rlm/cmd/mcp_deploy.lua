@@ -46,13 +46,17 @@ self-hosted Daytona).
 
 The model keys set here (OPENAI_API_KEY, ANTHROPIC_API_KEY, ... and their *_BASE_URL) go into
 the sandbox's environment, with DAYTONA_* for --backend daytona. Clients send two headers:
-"Authorization: Bearer TOKEN" (the server's) and "X-Daytona-Preview-Token: P" (Daytona's).]]
+"X-Rlm-Token: TOKEN" (the server's) and "X-Daytona-Preview-Token: P" (Daytona's); not
+Authorization, which Daytona's proxy tries as a Daytona login. Daytona gives the sandbox a new
+preview token at every start (after --stop, or after --auto-stop minutes idle): deploying again
+prints the new client configuration and says it changed. --auto-stop 0 keeps the server up.]]
 
 local SPEC = {name = "string", model = "string", backend = "string", port = "number",
               auto_stop = "number", snapshot = "string", wait = "number", json = "flag",
               status = "flag", logs = "flag", stop = "flag", delete = "flag"}
 
 M.LABEL = "rlm-mcp-deploy"
+local PREVIEW_LABEL = "rlm-mcp-preview"
 M.SESSION = "rlm-mcp"
 local DEFAULTS = {name = "rlm-mcp", port = 8080, auto_stop = 60, wait = 120, backend = "auto"}
 local BACKENDS = {auto = true, ["local"] = true, daytona = true}
@@ -326,9 +330,12 @@ local function wait_healthy(client, remote, pv, seconds)
         :format(pv.url, seconds, tostring(last)), 0)
 end
 
+-- The server's token goes in X-Rlm-Token: Daytona's proxy tries any Authorization bearer token
+-- as a Daytona credential first, and a failed one counts against the client's address
+-- (apps/proxy/pkg/proxy/auth.go; apps/api/src/common/middleware/failed-auth-rate-limit.middleware.ts).
 local function client_config(url, token, preview_token)
   return {mcpServers = {rlm = {type = "http", url = url,
-    headers = {Authorization = "Bearer " .. token, ["X-Daytona-Preview-Token"] = preview_token}}}}
+    headers = {["X-Rlm-Token"] = token, ["X-Daytona-Preview-Token"] = preview_token}}}}
 end
 
 local function report(opts, result)
@@ -343,14 +350,21 @@ local function report(opts, result)
     "  token:          " .. result.token,
     "  preview token:  " .. result.preview_token,
     "",
+  }
+  if result.preview_token_changed then
+    out[#out + 1] = "The preview token changed since the last deploy (Daytona gives a new one at " ..
+                    "every start): clients need the configuration below."
+    out[#out + 1] = ""
+  end
+  for _, text in ipairs{
     "Client configuration (.mcp.json, Claude Desktop and others):",
     json.encode(result.config),
     "",
     "Claude Code:",
     ("  claude mcp add --transport http rlm %s --header %s --header %s"):format(result.url,
-      shell_quote("Authorization: Bearer " .. result.token),
+      shell_quote("X-Rlm-Token: " .. result.token),
       shell_quote("X-Daytona-Preview-Token: " .. result.preview_token)),
-  }
+  } do out[#out + 1] = text end
   io.stdout:write(table.concat(out, "\n"), "\n")
 end
 
@@ -427,12 +441,19 @@ function M.serve(client, opts, cfg, sb, token)
     say(opts, "starting the server on port ", tostring(cfg.port))
     launch(remote, cfg, pv)
     wait_healthy(client, remote, pv, opts.wait)
+  end
+  -- Which preview token the last printed configuration held (a hash: labels are shown to
+  -- anyone in the organisation), so a changed one can be said to be new.
+  local seen = (sb.labels or {})[PREVIEW_LABEL]
+  labels[PREVIEW_LABEL] = sys.hash(pv.token)
+  if not holds(sb.labels or {}, labels) then
     check(client:request{method = "PUT", path = {"sandbox", sb.id, "labels"}, idempotent = true,
                          json = {labels = labels}}, nil, "labelling the sandbox")
   end
   local url = pv.url .. "/mcp"
   report(opts, {name = cfg.name, sandbox_id = sb.id, backend = cfg.backend, model = cfg.model,
                 url = url, token = token, preview_token = pv.token, auto_stop = opts.auto_stop,
+                preview_token_changed = seen ~= nil and seen ~= labels[PREVIEW_LABEL],
                 config = client_config(url, token, pv.token)})
   return 0
 end
