@@ -86,11 +86,15 @@ tests["deploy: served through the preview URL with both tokens; stop, restart, d
                                             ["X-Daytona-Preview-Token"] = info.preview_token})
   T.eq(info.preview_token_changed, false, "a new deployment")
 
-  -- the keys are the sandbox's environment, never its command line
+  -- the keys are a file only the sandbox's user reads: not the sandbox's env, which the API
+  -- shows anyone in the organisation, nor its command line
   local sb = json.decode(get(s.url .. "/api/sandbox/" .. info.sandbox_id,
                              {Authorization = "Bearer " .. D.KEY}).body)
-  T.eq(sb.env.OPENAI_API_KEY, OPENAI_KEY)
-  T.eq(sb.env.DAYTONA_API_KEY, D.KEY)
+  T.eq(sb.env, {}, "no key in the sandbox's env")
+  local mode = assert(http.request{url = s.url .. "/toolbox/" .. info.sandbox_id .. "/process/execute",
+    method = "POST", headers = {Authorization = "Bearer " .. D.KEY, ["Content-Type"] = "application/json"},
+    body = json.encode{command = "sh -c 'stat -c %a ~/.rlm/server.env; grep -c _API_KEY= ~/.rlm/server.env'"}})
+  T.eq(json.decode(mode.body).result, "600\n3\n", "the secrets file: its mode, and the three keys")
   local session = json.decode(get(s.url .. "/toolbox/" .. info.sandbox_id .. "/process/session/rlm-mcp",
                                   {Authorization = "Bearer " .. D.KEY}).body)
   for _, cmd in ipairs(session.commands) do
