@@ -8,11 +8,14 @@
  *     repeat would deliver them twice;
  *   - a connection that could not be made, and 429 (the server did not run the request):
  *     always;
- *   - 408 and 5xx but 501, a timeout or a broken transfer: when the request is replayable
- *     (an idempotent method, an Idempotency-Key, or a binding that says repeating is safe),
- *     and for any other request only when no byte of an answer arrived;
+ *   - 408 and 5xx but 501, a timeout or a broken transfer: only when the request is replayable
+ *     (an idempotent method, an Idempotency-Key, or a binding that says repeating is safe):
+ *     a request that may have reached the server is never sent twice, and one that is not
+ *     replayable goes on a connection of its own, since libcurl itself repeats a request
+ *     whose reused connection broke;
  *   - also_retry_status (a binding's own, e.g. Daytona's 409 "state change in progress").
- * Waits honour retry-after-ms and Retry-After, else jittered exponential backoff (retry.h).
+ * Waits honour retry-after-ms, Retry-After and Retry-After-{name}, else jittered exponential
+ * backoff (retry.h).
  * One timeout model: deadline_ms bounds the whole request, retries included; each attempt gets
  * what is left, capped by attempt_timeout_ms when set; a wait that would end past the
  * deadline is not started. */

@@ -230,7 +230,9 @@ function Interp:start()
   local ok, err = pcall(self.launch, self, sb)
   if not ok then
     registry.remove(sb)
-    sb:destroy()
+    -- The failure comes first; a cleanup that fails too is added to it, never put in its place.
+    local deleted, why = pcall(sb.destroy, sb)
+    if not deleted then err = ("%s; and %s"):format(tostring(err), tostring(why)) end
     error(err, 2)
   end
   self.sandbox = sb

@@ -1080,8 +1080,10 @@ class TestSocketTransport(unittest.TestCase):
         self.assertTrue(os.path.exists(self.path), "the socket must exist before ready")
         return proc
 
-    def client(self, req, via_file=False):
+    def client(self, req, via_file=False, request_id=None):
         args = [PYTHON, "-c", SOURCE, "--client", self.path]
+        if request_id is not None:
+            args += ["--request-id", request_id]
         if via_file:
             name = os.path.join(self.dir, "request.json")
             with open(name, "w") as f:
@@ -1132,6 +1134,26 @@ class TestSocketTransport(unittest.TestCase):
         self.assertEqual(self.client({"op": "shutdown"}), {"ev": "bye"})
         self.assertEqual(proc.wait(WAIT), 0)
         self.assertFalse(os.path.exists(self.path))
+
+    def test_a_request_id_is_answered_once(self):
+        # Daytona's daemon runs a command whether or not its HTTP client is still there: the
+        # host sends a request again with its id, and gets the first answer, not a second run.
+        self.serve()
+        run = {"op": "execute", "id": 1, "code": "n = globals().get('n', 0) + 1\nprint(n)"}
+        first = self.client(run, request_id="r1")
+        self.assertEqual(first["stdout"], "1\n")
+        self.assertEqual(self.client(run, request_id="r1"), first)
+        # a call event is answered once too, and the reply goes on from there
+        ask = {"op": "execute", "id": 2, "code": "n += 1\nprint(llm_query('q'), n)"}
+        call = self.client(ask, request_id="r2")
+        self.assertEqual(call["ev"], "call")
+        self.assertEqual(self.client(ask, request_id="r2"), call)
+        done = self.client({"op": "reply", "id": 2, "results": ["a"]}, request_id="r3")
+        self.assertEqual(done["stdout"], "a 2\n")
+        # a new id runs again; no id at all always runs
+        self.assertEqual(self.client(run, request_id="r4")["stdout"], "3\n")
+        self.assertEqual(self.client(run)["stdout"], "4\n")
+        self.assertEqual(self.client(run)["stdout"], "5\n")
 
     def test_serve_from_a_file_without_unbuffered_output(self):
         # Daytona runs the driver from an uploaded file, in a session that may not pass -u.

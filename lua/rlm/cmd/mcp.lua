@@ -26,7 +26,8 @@ exits when stdin ends. With --http it serves Streamable HTTP at http://HOST:PORT
 GET /health, which needs no token, for load balancers and deployments); HOST
 defaults to 127.0.0.1 and PORT 0 picks a free port (printed as "READY http://HOST:PORT").
 Binding to a non-loopback address needs RLM_MCP_TOKEN: every request must then carry
-"Authorization: Bearer $RLM_MCP_TOKEN" (the token is checked on loopback too when set).
+"Authorization: Bearer $RLM_MCP_TOKEN" or "X-Rlm-Token: $RLM_MCP_TOKEN" (the token is checked
+on loopback too when set).
 Host and Origin must be local; RLM_MCP_ALLOWED_HOSTS and RLM_MCP_ALLOWED_ORIGINS (comma
 separated) allow others.
 

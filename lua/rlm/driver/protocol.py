@@ -118,6 +118,8 @@ Execute semantics
 carries one request line and gets one event line, then is closed; an execute that calls
 llm_query answers its connection with the call event, and the next connection must carry the
 reply. --client prints the one event line and exits 0, or exits 2 with a message on stderr.
+With --request-id ID the line goes as "@ID <request>": the driver answers each id once, and a
+repeat of the last id gets that answer again without running anything.
 """
 import builtins
 import fcntl

@@ -81,6 +81,13 @@ class SocketServer:
         self.sock.bind(path)
         self.sock.listen(16)
         self.conn = None
+        # A request line may start with "@ID ": the host sends it again, with the same id, when
+        # its HTTP call broke or ran out of time (Daytona's daemon runs the client whether or
+        # not anyone waits for it). The last answer given under an id is given again, so a
+        # repeat never runs the code twice. Requests are one at a time: a repeat is accepted
+        # only once the first has been answered.
+        self.request_id = None
+        self.answered = (None, None)
 
     def read(self):
         while True:
@@ -91,7 +98,14 @@ class SocketServer:
             except OSError:
                 conn.close()
                 continue
-            self.conn = conn
+            request_id = None
+            if line.startswith(b"@"):
+                request_id, _, line = line[1:].partition(b" ")
+            if request_id is not None and request_id == self.answered[0]:
+                self.conn = conn
+                self.send(self.answered[1])
+                continue
+            self.conn, self.request_id = conn, request_id
             return line
 
     def read_payload(self, size):
@@ -99,6 +113,8 @@ class SocketServer:
 
     def send(self, line, payloads=()):
         conn, self.conn = self.conn, None
+        if self.request_id is not None:
+            self.answered, self.request_id = (self.request_id, line), None
         try:
             conn.sendall(line.encode())
         except OSError:

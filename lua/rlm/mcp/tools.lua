@@ -21,6 +21,9 @@ local registry = require "rlm.registry"
 local M = {}
 
 local SESSION_LIFETIME = 24 * 3600   -- the persistent sandbox lives as long as the session
+-- ...but on Daytona one nobody uses stops, and so is deleted, after this long: the server frees
+-- it sooner (sandbox_idle), so this only ends one the server lost (a crash, a kill -9).
+local SESSION_IDLE = 15 * 60
 local DECOMPOSE_CONCURRENCY = 2
 
 -- ---------------------------------------------------------------- helpers
@@ -133,9 +136,11 @@ Server.__index = Server
 
 -- A call's code runs for minutes, not the sandbox's lifetime: a stuck call would hold the
 -- session's sandbox (and its lock) for a day.
-function Server:interpreter(lifetime)
-  return require("rlm").interpreter{backend = self.cfg.backend, timeout = lifetime,
-                                    execute_timeout = self.cfg.execute_timeout or M.CALL_TIMEOUT}
+function Server:interpreter(lifetime, idle)
+  local backend = self.cfg.backend or require("rlm.interpreter").defaults.backend
+  return require("rlm").interpreter{backend = backend, timeout = lifetime,
+                                    execute_timeout = self.cfg.execute_timeout or M.CALL_TIMEOUT,
+                                    idle_timeout = backend == "daytona" and idle or nil}
 end
 
 -- The session's persistent sandbox, started on first use. Calls on it take turns: the caller
@@ -147,7 +152,7 @@ function Server:session_interp(ctx)
   if st.interp == nil or st.interp.closed then
     -- this call runs in a new sandbox: it is the one to say that the old one was freed
     ctx.sandbox_freed, st.freed_after = st.freed_after, nil
-    local ok, interp = pcall(self.interpreter, self, SESSION_LIFETIME)
+    local ok, interp = pcall(self.interpreter, self, SESSION_LIFETIME, SESSION_IDLE)
     if not ok then
       getmetatable(turn).__close()
       error(interp, 0)
