@@ -17,12 +17,26 @@ local schema = require "rlm.mcp.schema"
 
 local M = {}
 
+-- The session revisions: an initialize handshake opens a session that later requests name.
 M.VERSIONS = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
 local SUPPORTED = {}
 for _, v in ipairs(M.VERSIONS) do SUPPORTED[v] = true end
+-- The stateless revisions: no handshake and no session; every request names its version and the
+-- client's capabilities in params._meta (Server:handle_stateless).
+M.STATELESS_VERSIONS = {"2026-07-28"}
+local STATELESS = {}
+for _, v in ipairs(M.STATELESS_VERSIONS) do STATELESS[v] = true end
 
 M.PARSE_ERROR, M.INVALID_REQUEST, M.METHOD_NOT_FOUND = -32700, -32600, -32601
 M.INVALID_PARAMS, M.INTERNAL_ERROR = -32602, -32603
+M.HEADER_MISMATCH, M.MISSING_CAPABILITY, M.UNSUPPORTED_VERSION = -32020, -32021, -32022
+
+-- The _meta keys of the stateless revision.
+M.META_VERSION = "io.modelcontextprotocol/protocolVersion"
+M.META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+M.META_CLIENT = "io.modelcontextprotocol/clientInfo"
+M.META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
+M.META_SERVER = "io.modelcontextprotocol/serverInfo"
 
 local LEVELS = {debug = 1, info = 2, notice = 3, warning = 4, error = 5, critical = 6,
                 alert = 7, emergency = 8}
@@ -30,6 +44,20 @@ local CLIENT_REQUEST_TIMEOUT = 600
 
 function M.supported_version(v)
   return SUPPORTED[v] == true
+end
+
+function M.stateless_version(v)
+  return STATELESS[v] == true
+end
+
+--- True when msg is a request of the stateless revision: server/discover, or a request whose
+-- params._meta names a protocol version.
+function M.is_stateless(msg)
+  if type(msg) ~= "table" then return false end
+  if msg.method == "server/discover" then return true end
+  local params = msg.params
+  local meta = type(params) == "table" and params._meta
+  return type(meta) == "table" and meta[M.META_VERSION] ~= nil
 end
 
 --- A JSON-RPC error response.
@@ -129,10 +157,12 @@ function Server:log(text)
   if self.opts.log then self.opts.log(text) end
 end
 
-function Server:capabilities()
+--- What the server offers; stateless: as the stateless revision declares it (no resource
+-- subscriptions: it removed them).
+function Server:capabilities(stateless)
   local caps = {tools = {listChanged = false}, logging = json.object()}
   if self.opts.fixtures then
-    caps.resources = {subscribe = true, listChanged = false}
+    caps.resources = {subscribe = not stateless, listChanged = false}
     caps.prompts = {listChanged = false}
     caps.completions = json.object()
   end
@@ -303,8 +333,9 @@ function Session:resolve(msg)
 end
 
 --- Sends a log message to the client when level is at or above the client's threshold.
+-- A stateless request that named no log level gets no log messages.
 function Session:log_message(channel, level, data, logger)
-  if (LEVELS[level] or 0) < LEVELS[self.level] then return end
+  if not self.level or (LEVELS[level] or 0) < LEVELS[self.level] then return end
   channel.send{jsonrpc = "2.0", method = "notifications/message",
                params = {level = level, logger = logger, data = data}}
 end
@@ -419,6 +450,96 @@ handlers["tools/call"] = function(session, params, msg, channel)
   call.finished = true
   if call.cancelled then return nil end
   return call.result
+end
+
+-- ---------------------------------------------------------------- the stateless revision
+
+-- Methods the stateless revision removed; a stateless request for one is an unknown method.
+local REMOVED = {initialize = true, ping = true, ["logging/setLevel"] = true,
+                 ["resources/subscribe"] = true, ["resources/unsubscribe"] = true}
+-- Results a client may keep for a while (the tool set changes only with the server).
+local CACHEABLE = {["server/discover"] = true, ["tools/list"] = true, ["prompts/list"] = true,
+                   ["resources/list"] = true, ["resources/read"] = true,
+                   ["resources/templates/list"] = true}
+M.CACHE_TTL_MS = 300000
+
+-- The HTTP status an error of the stateless revision calls for.
+local function error_status(code)
+  if code == M.METHOD_NOT_FOUND then return 404 end
+  if code == M.INTERNAL_ERROR then return 500 end
+  return 400
+end
+
+handlers["server/discover"] = function(session)
+  local opts = session.server.opts
+  local versions = json.array()
+  for _, v in ipairs(M.STATELESS_VERSIONS) do versions[#versions + 1] = v end
+  for _, v in ipairs(M.VERSIONS) do versions[#versions + 1] = v end
+  return {supportedVersions = versions, capabilities = session.server:capabilities(true),
+          instructions = opts.instructions}
+end
+
+-- The request's _meta, or nil and why it will not do.
+local function request_meta(params)
+  local meta = type(params) == "table" and not json.is_array(params) and params._meta
+  if type(meta) ~= "table" or json.is_array(meta) then
+    return nil, "params._meta is required: it names " .. M.META_VERSION .. " and " .. M.META_CAPABILITIES
+  end
+  if type(meta[M.META_VERSION]) ~= "string" then
+    return nil, "params._meta lacks " .. M.META_VERSION
+  end
+  local caps = meta[M.META_CAPABILITIES]
+  if type(caps) ~= "table" or (json.is_array(caps) and #caps > 0) then
+    return nil, "params._meta lacks " .. M.META_CAPABILITIES .. " (an object; {} declares none)"
+  end
+  return meta
+end
+
+--- Handles one message of the stateless revision (no session: the request is its own, and what
+-- it opened ends with it; channel.session is that session while it runs). check(msg, meta), when
+-- given, compares what the transport carried beside the message (HTTP headers): nil, or why
+-- they differ. Returns the reply (nil for a notification) and the HTTP status it calls for.
+function Server:handle_stateless(msg, channel, check)
+  local kind = M.kind(msg)
+  if kind == nil then
+    return M.error_response(valid_id(msg.id) and msg.id or nil, M.INVALID_REQUEST,
+                            "Invalid Request: not a JSON-RPC 2.0 message"), 400
+  end
+  if kind ~= "request" then return nil, 202 end
+  local method = msg.method
+  if REMOVED[method] or not (handlers[method] or (self.opts.fixtures and self.opts.fixtures.handlers[method])) then
+    local why = REMOVED[method] and (" (protocol " .. M.STATELESS_VERSIONS[1] .. " removed it)") or ""
+    return M.error_response(msg.id, M.METHOD_NOT_FOUND, "Method not found: " .. method .. why), 404
+  end
+  local meta, why = request_meta(msg.params)
+  if not meta then return M.error_response(msg.id, M.INVALID_PARAMS, "Invalid params: " .. why), 400 end
+  local mismatch = check and check(msg, meta)
+  if mismatch then return M.error_response(msg.id, M.HEADER_MISMATCH, "Header mismatch: " .. mismatch), 400 end
+  local version = meta[M.META_VERSION]
+  if not STATELESS[version] then
+    return M.error_response(msg.id, M.UNSUPPORTED_VERSION, "Unsupported protocol version: " .. version,
+      {supported = json.array(M.STATELESS_VERSIONS), requested = version}), 400
+  end
+  local session = self:session()
+  session.protocol, session.stateless = version, true
+  session.client_capabilities = meta[M.META_CAPABILITIES]
+  session.client = type(meta[M.META_CLIENT]) == "table" and meta[M.META_CLIENT] or {}
+  session.level = LEVELS[meta[M.META_LOG_LEVEL]] and meta[M.META_LOG_LEVEL] or nil
+  channel.session = session
+  local ok, reply = pcall(session.handle, session, msg, channel)
+  channel.session = nil
+  session:close()
+  if not ok then error(reply, 0) end
+  if reply == nil then return nil, 200 end
+  if reply.error then return reply, error_status(reply.error.code) end
+  local result = reply.result
+  if result.resultType == nil then result.resultType = "complete" end
+  result._meta = type(result._meta) == "table" and result._meta or {}
+  result._meta[M.META_SERVER] = {name = self.opts.name, title = self.opts.title, version = self.opts.version}
+  if CACHEABLE[method] then
+    result.ttlMs, result.cacheScope = M.CACHE_TTL_MS, "public"
+  end
+  return reply, 200
 end
 
 return M

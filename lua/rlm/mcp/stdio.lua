@@ -35,6 +35,19 @@ local function dispatch(session, line)
     end)
     return
   end
+  if mcp.is_stateless(msg) then
+    -- The stateless revision: the request is its own session, with its own channel.
+    running = running + 1
+    async.spawn(function()
+      local ok, reply = pcall(session.server.handle_stateless, session.server, msg, {send = write})
+      running = running - 1
+      if not ok then
+        reply = mcp.error_response(msg.id, mcp.INTERNAL_ERROR, "Internal error: " .. tostring(reply))
+      end
+      if reply then write(reply) end
+    end)
+    return
+  end
   -- Only tools/call may wait; everything else is answered at once, in arrival order.
   if mcp.kind(msg) ~= "request" or msg.method ~= "tools/call" then
     local reply = session:handle(msg, channel)
