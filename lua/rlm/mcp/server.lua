@@ -14,6 +14,7 @@ local async = require "rlm.async"
 local json = require "rlm.json"
 local loop = require "rlm.core.loop"
 local schema = require "rlm.mcp.schema"
+local sys = require "rlm.sys"
 
 local M = {}
 
@@ -105,6 +106,21 @@ local function id_key(id)
   return type(id) .. ":" .. tostring(id)
 end
 
+-- Raised (as an error object) to end a request with this result or JSON-RPC error instead of
+-- what its handler would have returned: Session:input does, when the client must answer first.
+local Interrupt = {}
+
+local function interrupt(t)
+  return setmetatable(t, Interrupt)
+end
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return keys
+end
+
 --- A text result; structured (a table) also becomes structuredContent.
 function M.text_result(text, structured, is_error)
   local res = {content = json.array{{type = "text", text = text}}}
@@ -151,6 +167,34 @@ function Server:sized(result)
   return M.error_result(("The result is %s bytes, over this server's limit of %d (rlm mcp "
     .. "--max-result). Ask for less: sandbox_download takes offset and length, and code can "
     .. "print less or write its output to a file."):format(ok and tostring(#text) or "too many", cap))
+end
+
+-- What a stateless request's requestState stands for: the answers so far, kept here for
+-- INPUT_STATE_TTL seconds under a random token (so a client cannot forge or alter them).
+local INPUT_STATE_TTL, MAX_INPUT_STATES = 600, 1000
+
+function Server:keep_answers(answers)
+  self.input_states = self.input_states or {}
+  local now, n = sys.now(), 0
+  for token, kept in pairs(self.input_states) do
+    if now - kept.at > INPUT_STATE_TTL then self.input_states[token] = nil else n = n + 1 end
+  end
+  if n >= MAX_INPUT_STATES then
+    local oldest, at = nil, math.huge
+    for token, kept in pairs(self.input_states) do
+      if kept.at < at then oldest, at = token, kept.at end
+    end
+    self.input_states[oldest] = nil
+  end
+  local token = sys.random_hex(16)
+  self.input_states[token] = {answers = answers, at = now}
+  return token
+end
+
+function Server:kept_answers(token)
+  local kept = type(token) == "string" and self.input_states and self.input_states[token]
+  if not kept or sys.now() - kept.at > INPUT_STATE_TTL then return nil end
+  return kept.answers
 end
 
 function Server:log(text)
@@ -235,6 +279,9 @@ function Session:handle(msg, channel)
     return M.error_response(msg.id, M.INVALID_PARAMS, "params must be an object")
   end
   local ok, result, err = pcall(fn, self, params, msg, channel)
+  if not ok and getmetatable(result) == Interrupt then
+    ok, result, err = true, result.result, result.error
+  end
   if not ok then
     self.server:log("internal error in " .. msg.method .. ": " .. tostring(result))
     return M.error_response(msg.id, M.INTERNAL_ERROR, "Internal error: " .. tostring(result))
@@ -332,6 +379,74 @@ function Session:resolve(msg)
   loop.ready(w.op)
 end
 
+-- The capability a client declares when the server may ask it each kind of question.
+local ASKS = {["elicitation/create"] = "elicitation", ["sampling/createMessage"] = "sampling",
+              ["roots/list"] = "roots"}
+
+--- Asks the client what requests name (key -> {method =, params =}) and returns the answers
+-- (key -> result) and whether an earlier round's requestState came back. On a session the
+-- questions go to the client as requests over channel. On the stateless revision the request
+-- ends with an InputRequiredResult naming the questions not answered yet; the client's retry
+-- carries the answers (params.inputResponses) and the requestState, which keeps the earlier
+-- rounds' answers. A question the client has not declared the capability for ends the request
+-- with -32021.
+function Session:input(params, requests, channel)
+  local caps, lacking = self.client_capabilities or {}, nil
+  for _, key in ipairs(sorted_keys(requests)) do
+    local need = ASKS[requests[key].method]
+    if need and caps[need] == nil then
+      lacking = lacking or {}
+      lacking[need] = json.object()
+    end
+  end
+  if lacking then
+    error(interrupt{error = {code = M.MISSING_CAPABILITY, data = {requiredCapabilities = lacking},
+      message = "Missing required client capability: " .. table.concat(sorted_keys(lacking), ", ")}})
+  end
+  if not self.stateless then
+    local answers = {}
+    for _, key in ipairs(sorted_keys(requests)) do
+      local res, err = self:request(channel, requests[key].method, requests[key].params)
+      if not res then error(interrupt{error = err}) end
+      answers[key] = res
+    end
+    return answers, false
+  end
+  if not self.input_answers then self:gather_answers(params) end
+  local ask
+  for key, r in pairs(requests) do
+    if self.input_answers[key] == nil then
+      ask = ask or {}
+      ask[key] = {method = r.method, params = r.params}
+    end
+  end
+  if ask then
+    error(interrupt{result = {resultType = "input_required", inputRequests = ask,
+                              requestState = self.server:keep_answers(self.input_answers)}})
+  end
+  return self.input_answers, self.resumed
+end
+
+-- The answers a stateless retry brings: the earlier rounds' (its requestState) and this one's.
+function Session:gather_answers(params)
+  local answers = {}
+  if params.requestState ~= nil then
+    local kept = self.server:kept_answers(params.requestState)
+    if not kept then
+      error(interrupt{error = {code = M.INVALID_PARAMS, message = "requestState is not one this " ..
+        "server issued, or it expired: send the request again without requestState and inputResponses"}})
+    end
+    for k, v in pairs(kept) do answers[k] = v end
+    self.resumed = true
+  end
+  if type(params.inputResponses) == "table" then
+    for k, v in pairs(params.inputResponses) do
+      if type(k) == "string" and type(v) == "table" then answers[k] = v end
+    end
+  end
+  self.input_answers = answers
+end
+
 --- Sends a log message to the client when level is at or above the client's threshold.
 -- A stateless request that named no log level gets no log messages.
 function Session:log_message(channel, level, data, logger)
@@ -387,6 +502,10 @@ local function tool_context(session, call, channel, token)
   function ctx.request(method, params)
     return session:request(channel, method, params)
   end
+  function ctx.input(requests)
+    return session:input(call.params, requests, channel)
+  end
+  ctx.client_capabilities = session.client_capabilities or {}
   function ctx.on_cancel(fn)
     call.on_cancel[#call.on_cancel + 1] = fn
   end
@@ -426,14 +545,16 @@ handlers["tools/call"] = function(session, params, msg, channel)
   local meta = type(params._meta) == "table" and params._meta or {}
   local token = meta.progressToken
   if token == json.null then token = nil end
-  local call = {request_id = msg.id, on_cancel = {}, wake = loop.new_id()}
+  local call = {request_id = msg.id, params = params, on_cancel = {}, wake = loop.new_id()}
   local key = id_key(msg.id)
   session.calls[key] = call
   local ctx = tool_context(session, call, channel, token)
   call.task = async.spawn(function()
     local ok, res = pcall(tool.run, args, ctx)
     call.finished = true
-    if ok and type(res) == "table" then
+    if not ok and getmetatable(res) == Interrupt then
+      call.result, call.error = res.result, res.error
+    elseif ok and type(res) == "table" then
       call.result = session.server:sized(res)
     elseif ok then
       call.result = M.error_result(tool.name .. " returned no result")
@@ -449,7 +570,7 @@ handlers["tools/call"] = function(session, params, msg, channel)
   session.calls[key] = nil
   call.finished = true
   if call.cancelled then return nil end
-  return call.result
+  return call.result, call.error
 end
 
 -- ---------------------------------------------------------------- the stateless revision
