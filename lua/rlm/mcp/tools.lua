@@ -70,12 +70,28 @@ local function object(properties, required)
           additionalProperties = false}
 end
 
+-- The `workspace` argument of the tools that keep a sandbox between calls, and its echo.
+local WORKSPACE = {type = "string", description = "the handle an earlier call returned: run in " ..
+  "that call's sandbox (files and variables kept). Without it: this session's sandbox, or, on " ..
+  "protocol 2026-07-28 (no sessions), a new one whose handle the result gives"}
+
+local function in_workspace(schema)
+  schema.properties.workspace = WORKSPACE
+  return schema
+end
+
+local function out_workspace(schema)
+  schema.properties.workspace = {type = "string", description = "the sandbox's handle (workspace)"}
+  return schema
+end
+
 local RUN_OUTPUT = object({
   stdout = {type = "string"}, stderr = {type = "string"},
   error = {type = "string", description = "the Python exception, when the code raised"},
   duration = {type = "number"}, timed_out = {type = "boolean"},
   state_lost = {type = "boolean"},
   submitted = {type = "object", description = "fields passed to SUBMIT(...), if it was called"},
+  workspace = {type = "string", description = "the sandbox's handle (workspace)"},
 }, {"stdout", "stderr", "duration"})
 
 -- The MCP result of one execute(): text for the model, the same facts as structuredContent.
@@ -186,6 +202,65 @@ local function with_freed_note(def, result, seconds)
   local schema = def.outputSchema
   if type(result.structuredContent) == "table" and schema and schema.properties.state_lost then
     result.structuredContent.state_lost = true
+  end
+  return result
+end
+
+-- ---------------------------------------------------------------- workspaces
+-- The stateless revision (2026-07-28) has no sessions: a client keeps a sandbox between calls by
+-- passing the handle the first call returned (`workspace`). A workspace is a session's state
+-- without the session; its sandbox is freed after WORKSPACE_SANDBOX_IDLE seconds unused, and the
+-- workspace itself is forgotten after WORKSPACE_IDLE (or, past MAX_WORKSPACES, the oldest unused).
+local WORKSPACE_SANDBOX_IDLE, WORKSPACE_IDLE, MAX_WORKSPACES = 600, 3600, 1000
+
+function Server:sweep_workspaces(now)
+  local n, oldest, oldest_at = 0, nil, math.huge
+  for handle, ws in pairs(self.workspaces) do
+    local idle = now - ws.used
+    local busy = ws.state.lock and ws.state.lock.held
+    if not busy and idle > WORKSPACE_IDLE then
+      self:close_session(ws)
+      self.workspaces[handle] = nil
+    else
+      if not busy and idle > WORKSPACE_SANDBOX_IDLE then self:free_sandbox(ws, WORKSPACE_SANDBOX_IDLE) end
+      n = n + 1
+      if not busy and ws.used < oldest_at then oldest, oldest_at = handle, ws.used end
+    end
+  end
+  if n >= MAX_WORKSPACES and oldest then
+    self:close_session(self.workspaces[oldest])
+    self.workspaces[oldest] = nil
+  end
+end
+
+-- Points ctx.state at the workspace args.workspace names, or at a new one when a stateless
+-- request names none (its handle is returned). nil, err for a handle this server does not know.
+function Server:use_workspace(args, ctx)
+  local now = require("rlm.sys").now()
+  self:sweep_workspaces(now)
+  local handle = args.workspace
+  if handle == nil and not (ctx.session and ctx.session.stateless) then return nil end
+  if handle == nil then
+    handle = "ws-" .. require("rlm.sys").random_hex(12)
+    self.workspaces[handle] = {state = {}}
+  end
+  local ws = self.workspaces[handle]
+  if not ws then
+    return nil, ("no workspace %s: it ended after %d s unused, or the server restarted. Call " ..
+      "without `workspace` to start a new one."):format(handle, WORKSPACE_IDLE)
+  end
+  ws.used = now
+  ctx.state = ws.state
+  return handle
+end
+
+-- The result of a call in a workspace: its handle in structuredContent, and said in the text
+-- when the call started it.
+local function with_workspace(result, handle, started)
+  if type(result.structuredContent) == "table" then result.structuredContent.workspace = handle end
+  if started and not result.isError then
+    result.content[#result.content + 1] = {type = "text", text = ("[workspace] %s: pass " ..
+      "workspace=\"%s\" to later calls to keep this sandbox's files and variables."):format(handle, handle)}
   end
   return result
 end
@@ -386,11 +461,11 @@ M.definitions = {
     description = "Run Python in this session's persistent sandbox: variables, imports and " ..
       "files stay between calls. `reset` clears the variables first (files stay). Cancelling " ..
       "a call ends the sandbox; the next call starts a fresh one.",
-    inputSchema = object({
+    inputSchema = in_workspace(object({
       code = str("Python source to run"),
       reset = {type = "boolean", description = "clear the Python state before running"},
       timeout = CODE_TIMEOUT,
-    }, {"code"}),
+    }, {"code"})),
     outputSchema = RUN_OUTPUT,
     annotations = {readOnlyHint = false, destructiveHint = false, openWorldHint = false},
     session = function(interp, args)
@@ -402,13 +477,13 @@ M.definitions = {
     name = "sandbox_upload", title = "Write a file into the session's sandbox",
     description = "Write a file into the persistent sandbox (relative paths are under the " ..
       "workspace, the code's working directory).",
-    inputSchema = object({
+    inputSchema = in_workspace(object({
       path = str("where to write it", {minLength = 1}),
       content = str("the file's content"),
       encoding = {type = "string", enum = json.array{"utf-8", "base64"},
                   description = "how content is encoded (default utf-8)"},
-    }, {"path", "content"}),
-    outputSchema = object({path = {type = "string"}, bytes = {type = "integer"}}, {"path", "bytes"}),
+    }, {"path", "content"})),
+    outputSchema = out_workspace(object({path = {type = "string"}, bytes = {type = "integer"}}, {"path", "bytes"})),
     annotations = {readOnlyHint = false, destructiveHint = true, openWorldHint = false},
     run = function(server, args, ctx)
       local data = args.content
@@ -429,18 +504,18 @@ M.definitions = {
     description = "Read a file from the persistent sandbox. Text comes back as it is, other " ..
       "bytes as base64 (or ask for an encoding). A file too big for one answer comes in parts: " ..
       "the answer says where the next part starts (offset, in bytes of the file).",
-    inputSchema = object({
+    inputSchema = in_workspace(object({
       path = str("the file to read", {minLength = 1}),
       encoding = {type = "string", enum = json.array{"auto", "utf-8", "base64"},
                   description = "auto (default): utf-8 when the bytes are text, else base64"},
       offset = integer("the first byte to read (default 0)", 0),
       length = integer("at most this many bytes (default: as many as one answer carries)", 1),
-    }, {"path"}),
-    outputSchema = object({path = {type = "string"}, bytes = {type = "integer"},
+    }, {"path"})),
+    outputSchema = out_workspace(object({path = {type = "string"}, bytes = {type = "integer"},
                            encoding = {type = "string"}, offset = {type = "integer"},
                            length = {type = "integer"},
                            next_offset = {type = "integer", description = "where the rest starts"}},
-                          {"path", "bytes", "encoding", "offset", "length"}),
+                          {"path", "bytes", "encoding", "offset", "length"})),
     annotations = {readOnlyHint = true, openWorldHint = false},
     session = function(interp, args, server)
       local data, err = interp:download(sandbox_path(args.path))
@@ -466,11 +541,11 @@ M.definitions = {
     name = "sandbox_files", title = "List files in the session's sandbox",
     description = "List the files under a directory of the persistent sandbox (default the " ..
       "workspace), recursively, with their types and sizes.",
-    inputSchema = object({dir = str("the directory to list")}),
+    inputSchema = in_workspace(object({dir = str("the directory to list")})),
     aliases = {path = "dir"},
-    outputSchema = object({files = {type = "array", items = object({
+    outputSchema = out_workspace(object({files = {type = "array", items = object({
       path = {type = "string"}, type = {type = "string"}, size = {type = "integer"}})}},
-      {"files"}),
+      {"files"})),
     annotations = {readOnlyHint = true, openWorldHint = false},
     session = function(interp, args)
       local files, err = interp:files(sandbox_path(args.dir))
@@ -487,11 +562,11 @@ M.definitions = {
     name = "sandbox_shell", title = "Run a shell command in the session's sandbox",
     description = "Run a shell command in the persistent sandbox (in the workspace) and " ..
       "return its exit status and combined output.",
-    inputSchema = object({
+    inputSchema = in_workspace(object({
       command = str("the command line (run by sh -c)", {minLength = 1}),
       timeout = number("seconds before it is stopped (default 60)", 0.1),
-    }, {"command"}),
-    outputSchema = object({exit = {type = "integer"}, output = {type = "string"}}, {"exit", "output"}),
+    }, {"command"})),
+    outputSchema = out_workspace(object({exit = {type = "integer"}, output = {type = "string"}}, {"exit", "output"})),
     annotations = {readOnlyHint = false, destructiveHint = true, openWorldHint = false},
     session = function(interp, args)
       local res, err = interp:shell(args.command, args.timeout or 60)
@@ -537,23 +612,32 @@ local function runner(server, def)
       local opts, outputs = def.loop(args)
       return loop_result(server:run_loop(ctx, opts), outputs)
     end
-  elseif def.session then
-    return function(args, ctx)
+  end
+  local run = def.run
+  if def.session then
+    run = function(_, args, ctx)
       local interp, turn <close> = server:session_interp(ctx)
-      local result = def.session(interp, args, server)
-      return ctx.sandbox_freed and with_freed_note(def, result, ctx.sandbox_freed) or result
+      return def.session(interp, args, server)
     end
   end
+  local keeps_sandbox = def.inputSchema.properties.workspace ~= nil
   return function(args, ctx)
-    local result = def.run(server, args, ctx)
-    return ctx.sandbox_freed and with_freed_note(def, result, ctx.sandbox_freed) or result
+    local handle, err
+    if keeps_sandbox then
+      handle, err = server:use_workspace(args, ctx)
+      if err then return mcp.error_result(err) end
+    end
+    local result = run(server, args, ctx)
+    if ctx.sandbox_freed then result = with_freed_note(def, result, ctx.sandbox_freed) end
+    if handle then result = with_workspace(result, handle, args.workspace == nil) end
+    return result
   end
 end
 
 --- The tool set for one server: {list = tools for rlm.mcp.server, close_session = fn}.
 function M.new(cfg)
   -- totals.calls: every model call; llm_calls: the sub-calls made from sandbox code.
-  local server = setmetatable({cfg = cfg or {}, running = 0,
+  local server = setmetatable({cfg = cfg or {}, running = 0, workspaces = {},
     totals = {runs = 0, calls = 0, llm_calls = 0, input_tokens = 0, output_tokens = 0,
               total_tokens = 0, cost = 0.0}}, Server)
   local list = {}
