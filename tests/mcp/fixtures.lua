@@ -79,6 +79,22 @@ local function mrtr_tool(name, description, run)
 end
 
 M.tools = {
+  -- The tasks extension's scenarios.
+  {name = "greet", description = "Says hello (never a task).",
+   inputSchema = {type = "object", properties = {name = {type = "string"}}},
+   run = function(args) return content{text(("Hello, %s!"):format(tostring(args.name or "World")))} end},
+  {name = "slow_compute", description = "Sleeps `seconds`, then answers (a task).", task = "optional",
+   inputSchema = {type = "object", properties = {seconds = {type = "number"}, label = {type = "string"}}},
+   run = function(args)
+     async.sleep(args.seconds or 1)
+     return content{text(("Computed %s after %s s"):format(tostring(args.label or ""), tostring(args.seconds or 1)))}
+   end},
+  {name = "failing_job", description = "Fails as a tool (a task, only a task).", task = "required",
+   inputSchema = no_args(),
+   run = function() async.sleep(0.2) return mcp.error_result("The job failed, as it always does") end},
+  {name = "protocol_error_job", description = "Fails as a protocol error (a task).", task = "optional",
+   inputSchema = no_args(),
+   run = function(_, ctx) ctx.fail(mcp.INTERNAL_ERROR, "The job hit an internal error") end},
   mrtr_tool("test_input_required_result_elicitation", "Asks for a name, then greets.",
     function(_, ctx)
       local a = ctx.input{user_name = ask_name()}

@@ -137,6 +137,52 @@ describe('SDK v2 clients of both eras call every tool', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  // A stateless request over plain HTTP: nothing ties it to the requests before it.
+  async function post(method, params, capabilities = {}) {
+    const meta = { 'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+                   'io.modelcontextprotocol/clientCapabilities': capabilities };
+    const headers = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
+                      'MCP-Protocol-Version': '2026-07-28', 'Mcp-Method': method };
+    const name = params.name ?? params.taskId;
+    if (name) headers['Mcp-Name'] = name;
+    const res = await fetch(`${http.url}/mcp`, { method: 'POST', headers,
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params: { ...params, _meta: meta } }) });
+    const text = await res.text();
+    const json = res.headers.get('content-type').includes('text/event-stream')
+      ? JSON.parse(text.split('\n').filter((l) => l.startsWith('data: ')).pop().slice(6)) : JSON.parse(text);
+    return { status: res.status, ...json };
+  }
+
+  test('an rlm_* run is a task for a client that takes tasks; its result is read later', async () => {
+    const tasks = { extensions: { 'io.modelcontextprotocol/tasks': {} } };
+    const created = await post('tools/call', { name: 'rlm_execute',
+      arguments: { task: 'How many words?', context: 'one two three four' } }, tasks);
+    assert.equal(created.result?.resultType, 'task', JSON.stringify(created));
+    const id = created.result.taskId;
+    assert.match(id, /^task-[0-9a-f]+$/);
+    assert.equal(created.result.content, undefined, 'the handle comes before the answer');
+    let task;
+    const deadline = Date.now() + 120000;
+    do {
+      task = (await post('tasks/get', { taskId: id }, tasks)).result;
+      if (task.status === 'working') await new Promise((r) => setTimeout(r, 100));
+    } while (task.status === 'working' && Date.now() < deadline);
+    assert.equal(task.status, 'completed', JSON.stringify(task));
+    assert.equal(task.result.content[0].text, '4');
+    assert.equal(task.result.structuredContent.reason, 'submitted');
+    // read again: a finished task stays readable
+    assert.equal((await post('tasks/get', { taskId: id }, tasks)).result.result.content[0].text, '4');
+    // without the extension the same run answers in place, and tasks/* are refused
+    const direct = await post('tools/call', { name: 'rlm_execute', arguments: { task: 'How many words?', context: 'a b' } });
+    assert.equal(direct.result.resultType, 'complete');
+    assert.equal(direct.result.content[0].text, '2');
+    const refused = await post('tasks/get', { taskId: id });
+    assert.equal(refused.error.code, -32021);
+    assert.equal(refused.status, 400);
+    const unknown = await post('tasks/get', { taskId: 'task-0000' }, tasks);
+    assert.equal(unknown.error.code, -32602);
+  });
+
   const eras = [['2026-07-28', { pin: '2026-07-28' }, 'modern'], ['2025-11-25', 'legacy', 'legacy']];
   for (const [era, mode, expected] of eras) {
     for (const transport of ['http', 'stdio']) {

@@ -14,6 +14,7 @@ local async = require "rlm.async"
 local json = require "rlm.json"
 local loop = require "rlm.core.loop"
 local schema = require "rlm.mcp.schema"
+local tasks = require "rlm.mcp.tasks"
 local sys = require "rlm.sys"
 
 local M = {}
@@ -139,6 +140,8 @@ end
 local Server = {}
 Server.__index = Server
 
+local handlers = {}        -- method -> function(session, params, msg, channel), below
+
 --- opts: name, version, title, instructions, tools (list of tool definitions: name, title,
 -- description, inputSchema, outputSchema, annotations, run(args, ctx) -> result), fixtures
 -- (test-only provider of resources, prompts and completions), log(text) for diagnostics,
@@ -197,6 +200,13 @@ function Server:kept_answers(token)
   return kept.answers
 end
 
+--- What answers method: the core handlers, the tasks extension's (stateless revision only) and
+-- the test fixtures'.
+function Server:handler(method, stateless)
+  return handlers[method] or (stateless and tasks.handlers[method]) or
+         (self.opts.fixtures and self.opts.fixtures.handlers[method])
+end
+
 function Server:log(text)
   if self.opts.log then self.opts.log(text) end
 end
@@ -210,6 +220,7 @@ function Server:capabilities(stateless)
     caps.prompts = {listChanged = false}
     caps.completions = json.object()
   end
+  if stateless then caps.extensions = {[tasks.EXTENSION] = json.object()} end
   return caps
 end
 
@@ -234,8 +245,6 @@ function Server:session()
   return setmetatable({server = self, n = self.sessions, level = "info", calls = {},
                        waiting = {}, next_request = 0, state = {}, closed = false}, Session)
 end
-
-local handlers = {}
 
 --- Handles every message of a batch in order; returns the list of replies (empty when the
 -- batch held only notifications and responses).
@@ -268,8 +277,7 @@ function Session:handle(msg, channel)
     self:notify(msg)
     return nil
   end
-  local fn = handlers[msg.method] or (self.server.opts.fixtures and
-                                      self.server.opts.fixtures.handlers[msg.method])
+  local fn = self.server:handler(msg.method, self.stateless)
   if not fn then
     return M.error_response(msg.id, M.METHOD_NOT_FOUND, "Method not found: " .. msg.method)
   end
@@ -502,6 +510,9 @@ local function tool_context(session, call, channel, token)
   function ctx.request(method, params)
     return session:request(channel, method, params)
   end
+  function ctx.fail(code, message)      -- ends the call with a JSON-RPC error, not a result
+    error(interrupt{error = {code = code, message = message}})
+  end
   function ctx.input(requests)
     return session:input(call.params, requests, channel)
   end
@@ -542,6 +553,9 @@ handlers["tools/call"] = function(session, params, msg, channel)
   if bad then
     return M.error_result("Invalid arguments for " .. tool.name .. ": " .. bad)
   end
+  local as_task, refused = tasks.wanted(session, tool)
+  if refused then return nil, refused end
+  if as_task then return tasks.start(session, params) end
   local meta = type(params._meta) == "table" and params._meta or {}
   local token = meta.progressToken
   if token == json.null then token = nil end
@@ -628,7 +642,7 @@ function Server:handle_stateless(msg, channel, check)
   end
   if kind ~= "request" then return nil, 202 end
   local method = msg.method
-  if REMOVED[method] or not (handlers[method] or (self.opts.fixtures and self.opts.fixtures.handlers[method])) then
+  if REMOVED[method] or not self:handler(method, true) then
     local why = REMOVED[method] and (" (protocol " .. M.STATELESS_VERSIONS[1] .. " removed it)") or ""
     return M.error_response(msg.id, M.METHOD_NOT_FOUND, "Method not found: " .. method .. why), 404
   end

@@ -338,6 +338,8 @@ local CODE_TIMEOUT = number("seconds before the code is stopped (default 300)", 
 --                                              in rlm.prompts as mcp_*)
 --   session = function(interp, args) -> result  on the session's persistent sandbox, in turn
 --   run = function(server, args, ctx) -> result anything else
+-- and task = "optional" for the long ones: on protocol 2026-07-28 they run as tasks for clients
+-- that take them (rlm.mcp.tasks).
 M.definitions = {
   {
     name = "rlm_execute", title = "Run a task with a Recursive Language Model",
@@ -351,6 +353,7 @@ M.definitions = {
                  description = "names of the output fields (default: answer)"},
       max_iterations = integer("turns before the run gives up (default 20)", 1, 100),
     }, {"task"}),
+    task = "optional",   -- a client that takes tasks gets a handle at once
     annotations = {readOnlyHint = false, openWorldHint = true},
     loop = function(args)
       local outputs = (args.outputs and #args.outputs > 0) and args.outputs or {"answer"}
@@ -366,6 +369,7 @@ M.definitions = {
       data = str("the data to analyze"),
       question = str("the question to answer", {minLength = 1}),
     }, {"data", "question"}),
+    task = "optional",   -- a client that takes tasks gets a handle at once
     annotations = {readOnlyHint = true, openWorldHint = true},
     loop = function(args)
       return {task = prompts.render(prompts.mcp_analyze, {question = args.question}),
@@ -383,6 +387,7 @@ M.definitions = {
       context = str("existing code or data the task refers to"),
     }, {"task"}),
     aliases = {description = "task"},
+    task = "optional",   -- a client that takes tasks gets a handle at once
     annotations = {readOnlyHint = true, openWorldHint = true},
     loop = function(args)
       local task = prompts.render(prompts.mcp_code, {language = args.language or "python",
@@ -402,6 +407,7 @@ M.definitions = {
       max_subtasks = integer("at most this many sub-tasks (default 5)", 1, 10),
     }, {"task"}),
     aliases = {complex_task = "task", num_subtasks = "max_subtasks"},
+    task = "optional",   -- a client that takes tasks gets a handle at once
     annotations = {readOnlyHint = false, openWorldHint = true},
     run = function(server, args, ctx)
       local n = args.max_subtasks or 5
