@@ -63,7 +63,7 @@ Transport.__index = Transport
 --- opts: host (bound address), token, allowed_hosts (list of extra Host names),
 -- allowed_origins (list of extra origins, "scheme://host[:port]").
 function M.new(server, opts)
-  local self = setmetatable({server = server, opts = opts, sessions = {}, open = 0,
+  local self = setmetatable({server = server, opts = opts, sessions = {}, open = 0, requests = 0,
                              started = {at = sys.now(), version = require("rlm.core.host").version}},
                             Transport)
   self.hosts = {}
@@ -338,10 +338,24 @@ function Transport:sweep()
   for _, sid in ipairs(ended) do self:end_session(sid) end
 end
 
+M.SHUTTING_DOWN = "the server is shutting down: call again once it is back"
+local ANSWER_GRACE = 5     -- seconds the calls ended by a shutdown get to send their errors
+
+-- Ends every session; each call still running is answered with an error that says so, and the
+-- answers get a moment to leave before the listener closes.
 function Transport:close()
   local all = {}
   for sid in pairs(self.sessions) do all[#all + 1] = sid end
-  for _, sid in ipairs(all) do self:end_session(sid) end
+  table.sort(all)
+  for _, sid in ipairs(all) do
+    local session = self.sessions[sid]
+    self.sessions[sid] = nil
+    self.open = self.open - 1
+    session:close(M.SHUTTING_DOWN)
+  end
+  self.server:close_all(M.SHUTTING_DOWN)
+  local deadline = sys.now() + ANSWER_GRACE
+  while self.requests > 0 and sys.now() < deadline do async.sleep(0.02) end
 end
 
 --- Listens and serves until interrupted. on_ready(port) is called once requests are accepted.
@@ -360,7 +374,9 @@ function M.serve(server, opts, on_ready)
         local req = listener:next()
         if not req then break end
         async.spawn(function()
+          self.requests = self.requests + 1
           local fine, why = pcall(self.handle, self, req)
+          self.requests = self.requests - 1
           if not fine then
             server:log("HTTP request failed: " .. tostring(why))
             pcall(reply_text, req, 500, "internal error")

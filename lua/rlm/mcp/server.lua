@@ -149,7 +149,7 @@ local handlers = {}        -- method -> function(session, params, msg, channel),
 -- long (its resources may go; the session goes on), max_result (bytes: a tool result whose JSON is bigger
 -- is replaced by an error saying how to ask for less; nil: no cap).
 function M.new(opts)
-  local self = setmetatable({opts = opts, tools = {}, order = {}, sessions = 0}, Server)
+  local self = setmetatable({opts = opts, tools = {}, order = {}, sessions = 0, live = {}}, Server)
   for _, tool in ipairs(opts.tools or {}) do self:add_tool(tool) end
   return self
 end
@@ -242,8 +242,19 @@ Session.__index = Session
 
 function Server:session()
   self.sessions = self.sessions + 1
-  return setmetatable({server = self, n = self.sessions, level = "info", calls = {},
-                       waiting = {}, next_request = 0, state = {}, closed = false}, Session)
+  local session = setmetatable({server = self, n = self.sessions, level = "info", calls = {},
+                                waiting = {}, next_request = 0, state = {}, closed = false}, Session)
+  self.live[session] = true
+  return session
+end
+
+--- Closes every session (the server is stopping): each call still running is answered with an
+-- error that says why.
+function Server:close_all(why)
+  local all = {}
+  for session in pairs(self.live) do all[#all + 1] = session end
+  table.sort(all, function(a, b) return a.n < b.n end)
+  for _, session in ipairs(all) do session:close(why) end
 end
 
 --- Handles every message of a batch in order; returns the list of replies (empty when the
@@ -330,12 +341,18 @@ function Session:cancel(request_id, reason)
   return true
 end
 
---- Cancels every call and runs the session's cleanup (the transport is going away).
-function Session:close()
+--- Stops every call and runs the session's cleanup (the transport is going away). Each call
+-- still running is answered with an error saying why (default: the session ended).
+function Session:close(why)
   if self.closed then return end
   self.closed = true
+  self.server.live[self] = nil
+  why = why or "the session ended before this call finished: start a new session and call again"
   for _, call in pairs(self.calls) do
-    if not call.finished then self:cancel(call.request_id, "session closed") end
+    if not call.finished then
+      call.ended = why
+      self:cancel(call.request_id, why)
+    end
   end
   for _, w in pairs(self.waiting) do
     w.error = {code = M.INTERNAL_ERROR, message = "session closed"}
@@ -583,6 +600,7 @@ handlers["tools/call"] = function(session, params, msg, channel)
   async.forget(call.wake)
   session.calls[key] = nil
   call.finished = true
+  if call.ended then return nil, {code = M.INTERNAL_ERROR, message = call.ended} end
   if call.cancelled then return nil end
   return call.result, call.error
 end
