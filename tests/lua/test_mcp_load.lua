@@ -2,6 +2,7 @@
 -- sandboxes left idle.
 local T = require "support"
 local async = require "rlm.async"
+local common = require "rlm.backend.common"
 local http = require "rlm.http"
 local json = require "rlm.json"
 local sys = require "rlm.sys"
@@ -191,6 +192,28 @@ tests["a call in flight over stdio when the server stops is answered with an err
   local answer = reply(7)
   T.truthy(answer.error, "an error reply, not silence")
   T.contains(answer.error.message, "shutting down")
+end
+
+tests["a 20 MB file uploaded in parts over HTTP arrives whole"] = function()
+  local url = http_server()
+  local sid = open_session(url)
+  local random <close> = assert(io.open("/dev/urandom", "rb"))
+  local data = random:read(20 * 1024 * 1024)
+  T.eq(#data, 20 * 1024 * 1024)
+  local host_copy = T.tmpdir() .. "/big.bin"
+  assert(sys.write_file(host_copy, data))
+  local want = assert(sys.run({"sha256sum", host_copy})).stdout:match("^(%x+)")
+  local part, parts = 7 * 1024 * 1024, 0
+  for first = 1, #data, part do
+    local r = call(url, sid, "sandbox_upload", {path = "in/big.bin", encoding = "base64",
+      content = common.base64_encode(data:sub(first, first + part - 1)), append = first > 1})
+    T.eq(r.isError or false, false, text_of(r))
+    parts = parts + 1
+    T.eq(r.structuredContent.size, math.min(#data, first + part - 1), "the file so far")
+  end
+  T.eq(parts, 3)
+  local r = call(url, sid, "sandbox_shell", {command = "sha256sum in/big.bin; ls in"})
+  T.eq(r.structuredContent.output, want .. "  in/big.bin\nbig.bin\n", "whole, and no part left over")
 end
 
 tests["connections past the limit get 503 with Retry-After, not a reset"] = function()

@@ -331,6 +331,33 @@ end
 
 local CODE_TIMEOUT = number("seconds before the code is stopped (default 300)", 0.1)
 
+-- ---------------------------------------------------------------- files in parts
+
+local function sh_quote(s)
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+-- Writes data to path: its size, or nil, err.
+local function write_file(interp, path, data)
+  local ok, err = interp:upload(path, data)
+  if not ok then return nil, err end
+  return #data
+end
+
+-- Adds data at the end of path (made when missing): the file's size after, or nil, err. The
+-- part travels as a file of its own beside the target, which a shell command then appends, so
+-- no part of the file is read back.
+local function append_part(interp, path, data)
+  local part = path .. ".rlm-part"
+  local ok, err = interp:upload(part, data)
+  if not ok then return nil, err end
+  local res, why = interp:shell(("cat %s >> %s && rm -f %s && wc -c < %s"):format(
+    sh_quote(part), sh_quote(path), sh_quote(part), sh_quote(path)), 120)
+  if not res then return nil, "appending to " .. path .. ": " .. tostring(why) end
+  if res.exit ~= 0 then return nil, ("appending to %s: %s"):format(path, res.output) end
+  return tonumber(res.output:match("%d+"))
+end
+
 -- ---------------------------------------------------------------- the tool set
 -- One entry a tool, in the order clients see them: name, title, description, inputSchema,
 -- outputSchema (optional), annotations, aliases (rlm-mcp's argument names), and how it runs:
@@ -482,14 +509,19 @@ M.definitions = {
   {
     name = "sandbox_upload", title = "Write a file into the session's sandbox",
     description = "Write a file into the persistent sandbox (relative paths are under the " ..
-      "workspace, the code's working directory).",
+      "workspace, the code's working directory). A file bigger than one request carries goes " ..
+      "in parts: the first call writes it, each next one passes append=true.",
     inputSchema = in_workspace(object({
       path = str("where to write it", {minLength = 1}),
       content = str("the file's content"),
       encoding = {type = "string", enum = json.array{"utf-8", "base64"},
                   description = "how content is encoded (default utf-8)"},
+      append = {type = "boolean", description = "add content at the end of the file instead " ..
+                "of replacing it (how a big file is sent in parts)"},
     }, {"path", "content"})),
-    outputSchema = out_workspace(object({path = {type = "string"}, bytes = {type = "integer"}}, {"path", "bytes"})),
+    outputSchema = out_workspace(object({path = {type = "string"}, bytes = {type = "integer"},
+      size = {type = "integer", description = "the file's size after this call"}},
+      {"path", "bytes", "size"})),
     annotations = {readOnlyHint = false, destructiveHint = true, openWorldHint = false},
     run = function(server, args, ctx)
       local data = args.content
@@ -499,10 +531,10 @@ M.definitions = {
         data = decoded
       end
       local interp, turn <close> = server:session_interp(ctx)
-      local ok, err = interp:upload(sandbox_path(args.path), data)
-      if not ok then return mcp.error_result(err) end
-      return mcp.text_result(("wrote %d bytes to %s"):format(#data, args.path),
-                             {path = args.path, bytes = #data})
+      local size, err = (args.append and append_part or write_file)(interp, sandbox_path(args.path), data)
+      if not size then return mcp.error_result(err) end
+      return mcp.text_result(("wrote %d bytes to %s (now %d bytes)"):format(#data, args.path, size),
+                             {path = args.path, bytes = #data, size = size})
     end,
   },
   {
