@@ -1,6 +1,7 @@
 --- `rlm mcp --http` when many agents use it: sessions nobody ends, connections past the limit,
 -- sandboxes left idle.
 local T = require "support"
+local F = require "rlm_fixtures"
 local async = require "rlm.async"
 local common = require "rlm.backend.common"
 local http = require "rlm.http"
@@ -214,6 +215,42 @@ tests["a 20 MB file uploaded in parts over HTTP arrives whole"] = function()
   T.eq(parts, 3)
   local r = call(url, sid, "sandbox_shell", {command = "sha256sum in/big.bin; ls in"})
   T.eq(r.structuredContent.output, want .. "  in/big.bin\nbig.bin\n", "whole, and no part left over")
+end
+
+-- A tools/call of protocol 2026-07-28 (no session): its result.
+local function stateless_call(url, name, args)
+  local meta = {["io.modelcontextprotocol/protocolVersion"] = "2026-07-28",
+                ["io.modelcontextprotocol/clientCapabilities"] = json.object()}
+  local res = assert(http.request{url = url, method = "POST", retries = 0, timeout = 300,
+    headers = {["Content-Type"] = "application/json", Accept = "application/json, text/event-stream",
+               ["MCP-Protocol-Version"] = "2026-07-28", ["Mcp-Method"] = "tools/call", ["Mcp-Name"] = name},
+    body = json.encode{jsonrpc = "2.0", id = 7, method = "tools/call",
+                       params = {name = name, arguments = args, _meta = meta}}})
+  T.eq(res.status, 200, res.body:sub(1, 300))
+  return answer_to_7(res).result
+end
+
+tests["a 20 MB rlm_execute answer over HTTP is kept as a file and read in parts"] = function()
+  F.model({rules = {{match = "Task:", reply = F.code("SUBMIT(answer='z' * (20 * 1024 * 1024))")}},
+           default = "I am not sure."})
+  local url = http_server()
+  local r = stateless_call(url, "rlm_execute", {task = "Say z many times."})
+  T.eq(r.isError, nil, r.content[1].text:sub(1, 300))
+  local st = r.structuredContent
+  T.eq(st.saved_bytes, 20 * 1024 * 1024)
+  T.truthy(st.workspace, "a stateless call's file stays in a workspace")
+  local parts, offset = {}, 0
+  repeat
+    local d = stateless_call(url, "sandbox_download", {path = st.saved_to, offset = offset,
+                                                       encoding = "utf-8", workspace = st.workspace})
+    T.eq(d.isError, nil, d.content[1].text:sub(1, 200))
+    parts[#parts + 1] = d.content[1].text
+    offset = d.structuredContent.next_offset
+  until not offset
+  local all = table.concat(parts)
+  T.eq(#all, 20 * 1024 * 1024)
+  T.truthy(all == string.rep("z", 20 * 1024 * 1024), "the answer, whole")
+  T.truthy(#parts >= 2, #parts .. " parts")
 end
 
 tests["connections past the limit get 503 with Retry-After, not a reset"] = function()

@@ -85,14 +85,51 @@ local function out_workspace(schema)
   return schema
 end
 
-local RUN_OUTPUT = object({
+-- A payload (output, answers) up to INLINE bytes travels twice: in the text for the model and
+-- in structuredContent, as the spec suggests for older clients. A bigger one travels once, in
+-- the text; structuredContent then lists its fields in `omitted`. An answer over what one
+-- message carries at all is saved as a file in the sandbox (keep_oversize).
+local INLINE = 64 * 1024
+
+local BIG_FIELDS = {
+  omitted = {type = "array", items = {type = "string"}, description = "fields left out here " ..
+             "because they were big: their text is in the content, sent once"},
+  saved_to = {type = "string", description = "the answer was too big for one message: it is " ..
+              "this file in the sandbox (read it with sandbox_download)"},
+  saved_bytes = {type = "integer", description = "the size of that file"},
+}
+
+local function with_big_fields(properties)
+  for k, v in pairs(BIG_FIELDS) do properties[k] = v end
+  return properties
+end
+
+local function payload_once(structured, fields)
+  local size = 0
+  for _, f in ipairs(fields) do
+    local v = structured[f]
+    if type(v) == "string" then size = size + #v elseif v ~= nil then size = size + #json.encode(v) end
+  end
+  if size <= INLINE then return structured end
+  local omitted = json.array()
+  for _, f in ipairs(fields) do
+    if structured[f] ~= nil and structured[f] ~= "" then
+      structured[f] = nil
+      omitted[#omitted + 1] = f
+    end
+  end
+  structured.omitted = omitted
+  return structured
+end
+
+local RUN_OUTPUT = object(with_big_fields{
   stdout = {type = "string"}, stderr = {type = "string"},
   error = {type = "string", description = "the Python exception, when the code raised"},
   duration = {type = "number"}, timed_out = {type = "boolean"},
   state_lost = {type = "boolean"},
   submitted = {type = "object", description = "fields passed to SUBMIT(...), if it was called"},
   workspace = {type = "string", description = "the sandbox's handle (workspace)"},
-}, {"stdout", "stderr", "duration"})
+}, {"duration"})
 
 -- The MCP result of one execute(): text for the model, the same facts as structuredContent.
 local function run_result(out, run)
@@ -104,7 +141,8 @@ local function run_result(out, run)
   local structured = {stdout = run.stdout, stderr = run.stderr, error = run.error,
                       duration = run.duration, timed_out = run.timed_out,
                       state_lost = run.state_lost, submitted = out and json.object(out) or nil}
-  return mcp.text_result(#parts > 0 and table.concat(parts, "\n") or "(no output)", structured)
+  return mcp.text_result(#parts > 0 and table.concat(parts, "\n") or "(no output)",
+                         payload_once(structured, {"stdout", "stderr", "submitted"}))
 end
 
 -- A lock whose holder may be cancelled: release wakes every waiter and each checks again, so
@@ -265,6 +303,45 @@ local function with_workspace(result, handle, started)
   return result
 end
 
+-- ---------------------------------------------------------------- answers too big to send
+
+-- True when result's JSON is over what one message may carry (cfg.max_result, less room for
+-- what the server adds around it).
+function Server:too_big(result)
+  local cap = self.cfg.max_result
+  if not cap then return false end
+  local ok, text = pcall(json.encode, result)
+  return not ok or #text > cap - 4096
+end
+
+-- A result too big for one message: its text becomes a file in the session's sandbox (or the
+-- workspace handle names), and the result says where and how to read it; its small facts stay.
+function Server:keep_oversize(def, result, ctx, handle)
+  local texts = {}
+  for _, c in ipairs(result.content or {}) do
+    if c.type == "text" then texts[#texts + 1] = c.text end
+  end
+  local text = table.concat(texts, "\n")
+  local path = ("results/%s-%s.txt"):format(def.name, require("rlm.sys").random_hex(4))
+  local interp, turn <close> = self:session_interp(ctx)
+  local ok, err = interp:upload(sandbox_path(path), text)
+  if not ok then
+    return mcp.error_result(("The answer is %d bytes, more than one message carries, and " ..
+      "saving it in the sandbox failed: %s"):format(#text, tostring(err)))
+  end
+  local structured = {}
+  for k, v in pairs(type(result.structuredContent) == "table" and result.structuredContent or {}) do
+    local fits, enc = pcall(json.encode, v)
+    if fits and #enc <= 4096 then structured[k] = v end
+  end
+  structured.saved_to, structured.saved_bytes = path, #text
+  local note = ("The answer is %d bytes, more than one message carries here (rlm mcp " ..
+    "--max-result %d). It is saved in the sandbox as %s: read it with sandbox_download " ..
+    "(path=\"%s\"%s), which sends it in parts (offset, length)."):format(#text,
+    self.cfg.max_result, path, path, handle and (', workspace="' .. handle .. '"') or "")
+  return mcp.text_result(note, structured, result.isError)
+end
+
 local USAGE_KEYS = {"calls", "llm_calls", "input_tokens", "output_tokens", "total_tokens", "cost"}
 
 function Server:add_usage(usage)
@@ -304,9 +381,9 @@ end
 -- structuredContent; a run without an answer is an error result that says why.
 local function loop_result(res, outputs)
   local fields = res.fields or {}
-  local structured = {fields = json.object(fields), reason = res.reason, detail = res.detail,
-                      iterations = res.iterations, submitted = res.submitted,
-                      extracted = res.extracted, usage = res.usage}
+  local structured = payload_once({fields = json.object(fields), reason = res.reason,
+                      detail = res.detail, iterations = res.iterations, submitted = res.submitted,
+                      extracted = res.extracted, usage = res.usage}, {"fields"})
   if not res.submitted and not res.extracted then
     return mcp.text_result(("The run ended without an answer: %s%s"):format(tostring(res.reason),
                            res.detail and " (" .. res.detail .. ")" or ""), structured, true)
@@ -604,13 +681,14 @@ M.definitions = {
       command = str("the command line (run by sh -c)", {minLength = 1}),
       timeout = number("seconds before it is stopped (default 60)", 0.1),
     }, {"command"})),
-    outputSchema = out_workspace(object({exit = {type = "integer"}, output = {type = "string"}}, {"exit", "output"})),
+    outputSchema = out_workspace(object(with_big_fields{exit = {type = "integer"},
+                                                        output = {type = "string"}}, {"exit"})),
     annotations = {readOnlyHint = false, destructiveHint = true, openWorldHint = false},
     session = function(interp, args)
       local res, err = interp:shell(args.command, args.timeout or 60)
       if not res then return mcp.error_result("the command could not run: " .. tostring(err)) end
       local text = ("[exit %d]\n%s"):format(res.exit, res.output)
-      return mcp.text_result(text, {exit = res.exit, output = res.output})
+      return mcp.text_result(text, payload_once({exit = res.exit, output = res.output}, {"output"}))
     end,
   },
   {
@@ -645,14 +723,13 @@ M.definitions = {
 
 -- The server's run(args, ctx) for one definition.
 local function runner(server, def)
+  local run = def.run
   if def.loop then
-    return function(args, ctx)
+    run = function(_, args, ctx)
       local opts, outputs = def.loop(args)
       return loop_result(server:run_loop(ctx, opts), outputs)
     end
-  end
-  local run = def.run
-  if def.session then
+  elseif def.session then
     run = function(_, args, ctx)
       local interp, turn <close> = server:session_interp(ctx)
       return def.session(interp, args, server)
@@ -665,9 +742,17 @@ local function runner(server, def)
       handle, err = server:use_workspace(args, ctx)
       if err then return mcp.error_result(err) end
     end
+    local started = handle ~= nil and args.workspace == nil
     local result = run(server, args, ctx)
     if ctx.sandbox_freed then result = with_freed_note(def, result, ctx.sandbox_freed) end
-    if handle then result = with_workspace(result, handle, args.workspace == nil) end
+    if server:too_big(result) then
+      if not handle then                 -- stateless: the file needs a workspace to stay in
+        handle = server:use_workspace({}, ctx)
+        started = handle ~= nil
+      end
+      result = server:keep_oversize(def, result, ctx, handle)
+    end
+    if handle then result = with_workspace(result, handle, started) end
     return result
   end
 end
