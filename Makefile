@@ -19,7 +19,7 @@ HOST_SRC := $(filter-out host/main.c host/bin2c.c host/seccomp.c,$(wildcard host
 HOST_OBJ := $(HOST_SRC:host/%.c=build/%.o) build/seccomp_bpf.o
 # The Lua bindings, one host/l<name>.c each, registered as rlm.core.<name>. Listed by hand: a
 # plain C file whose name happens to start with "l" (loop.c) is not a binding.
-BINDINGS := daytona host http httpd json llm loop proc redact sandbox stdio sys
+BINDINGS := base64 daytona host http httpd json llm loop proc redact sandbox stdio sys
 # The sandbox's Python driver ships as one file, lua/rlm/driver.py, joined from its parts in this
 # order (the docstring, the protocol's reference, comes first); the parts are not embedded.
 DRIVER_PARTS := $(addprefix lua/rlm/driver/,protocol.py transports.py capture.py listing.py \

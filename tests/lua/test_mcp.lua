@@ -570,4 +570,48 @@ tests["2025-03-26 sessions take JSON-RPC batches, over stdio and HTTP"] = functi
   T.eq(post(url, '[{"jsonrpc":"2.0","method":"notifications/initialized"}]', h).status, 202)
 end
 
+tests["stdio: a 2.5 MB SUBMIT arrives, its payload sent once"] = function()
+  local s = stdio_server()
+  s.send{jsonrpc = "2.0", id = 1, method = "tools/call", params = {name = "sandbox_exec_stateful",
+         arguments = {code = "SUBMIT(answer='x' * (2500 * 1000))"}}}
+  local r = s.reply(1, 120)
+  T.eq(r.result.isError, nil)
+  T.truthy(r.result.content[1].text:find(string.rep("x", 2500 * 1000), 1, true), "the answer is in the text")
+  T.eq(r.result.structuredContent.submitted, nil)
+  T.eq(r.result.structuredContent.omitted, {"submitted"})
+  local size = #json.encode(r)
+  T.truthy(size > 2500 * 1000 and size < 2 * 2500 * 1000, "sent once: " .. size .. " bytes")
+end
+
+-- Reads path from the session's sandbox with sandbox_download, part after part.
+local function download_all(s, path, first_id)
+  local parts, offset, id = {}, 0, first_id
+  repeat
+    s.send{jsonrpc = "2.0", id = id, method = "tools/call", params = {name = "sandbox_download",
+           arguments = {path = path, offset = offset, encoding = "utf-8"}}}
+    local r = s.reply(id, 120).result
+    T.eq(r.isError, nil, r.content[1].text:sub(1, 200))
+    parts[#parts + 1] = r.content[1].text
+    offset, id = r.structuredContent.next_offset, id + 1
+  until not offset
+  return table.concat(parts), id - first_id
+end
+
+tests["stdio: a 20 MB rlm_execute answer is kept as a file and read in parts"] = function()
+  F.model(answer_script("SUBMIT(answer='y' * (20 * 1024 * 1024))"))
+  local s = stdio_server()
+  s.send{jsonrpc = "2.0", id = 1, method = "tools/call", params = {name = "rlm_execute",
+         arguments = {task = "Say y many times."}}}
+  local r = s.reply(1, 300).result
+  T.eq(r.isError, nil, r.content[1].text:sub(1, 300))
+  local st = r.structuredContent
+  T.eq(st.saved_bytes, 20 * 1024 * 1024)
+  T.eq(st.reason, "submitted")
+  T.contains(r.content[1].text, st.saved_to)
+  local all, parts = download_all(s, st.saved_to, 2)
+  T.eq(#all, 20 * 1024 * 1024)
+  T.truthy(all == string.rep("y", 20 * 1024 * 1024), "the answer, whole")
+  T.truthy(parts >= 5, parts .. " parts")
+end
+
 return tests

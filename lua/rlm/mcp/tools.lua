@@ -73,13 +73,66 @@ local function object(properties, required)
           additionalProperties = false}
 end
 
-local RUN_OUTPUT = object({
+-- The `workspace` argument of the tools that keep a sandbox between calls, and its echo.
+local WORKSPACE = {type = "string", description = "the handle an earlier call returned: run in " ..
+  "that call's sandbox (files and variables kept). Without it: this session's sandbox, or, on " ..
+  "protocol 2026-07-28 (no sessions), a new one whose handle the result gives"}
+
+local function in_workspace(schema)
+  schema.properties.workspace = WORKSPACE
+  return schema
+end
+
+local function out_workspace(schema)
+  schema.properties.workspace = {type = "string", description = "the sandbox's handle (workspace)"}
+  return schema
+end
+
+-- A payload (output, answers) up to INLINE bytes travels twice: in the text for the model and
+-- in structuredContent, as the spec suggests for older clients. A bigger one travels once, in
+-- the text; structuredContent then lists its fields in `omitted`. An answer over what one
+-- message carries at all is saved as a file in the sandbox (keep_oversize).
+local INLINE = 64 * 1024
+
+local BIG_FIELDS = {
+  omitted = {type = "array", items = {type = "string"}, description = "fields left out here " ..
+             "because they were big: their text is in the content, sent once"},
+  saved_to = {type = "string", description = "the answer was too big for one message: it is " ..
+              "this file in the sandbox (read it with sandbox_download)"},
+  saved_bytes = {type = "integer", description = "the size of that file"},
+}
+
+local function with_big_fields(properties)
+  for k, v in pairs(BIG_FIELDS) do properties[k] = v end
+  return properties
+end
+
+local function payload_once(structured, fields)
+  local size = 0
+  for _, f in ipairs(fields) do
+    local v = structured[f]
+    if type(v) == "string" then size = size + #v elseif v ~= nil then size = size + #json.encode(v) end
+  end
+  if size <= INLINE then return structured end
+  local omitted = json.array()
+  for _, f in ipairs(fields) do
+    if structured[f] ~= nil and structured[f] ~= "" then
+      structured[f] = nil
+      omitted[#omitted + 1] = f
+    end
+  end
+  structured.omitted = omitted
+  return structured
+end
+
+local RUN_OUTPUT = object(with_big_fields{
   stdout = {type = "string"}, stderr = {type = "string"},
   error = {type = "string", description = "the Python exception, when the code raised"},
   duration = {type = "number"}, timed_out = {type = "boolean"},
   state_lost = {type = "boolean"},
   submitted = {type = "object", description = "fields passed to SUBMIT(...), if it was called"},
-}, {"stdout", "stderr", "duration"})
+  workspace = {type = "string", description = "the sandbox's handle (workspace)"},
+}, {"duration"})
 
 -- The MCP result of one execute(): text for the model, the same facts as structuredContent.
 local function run_result(out, run)
@@ -91,7 +144,8 @@ local function run_result(out, run)
   local structured = {stdout = run.stdout, stderr = run.stderr, error = run.error,
                       duration = run.duration, timed_out = run.timed_out,
                       state_lost = run.state_lost, submitted = out and json.object(out) or nil}
-  return mcp.text_result(#parts > 0 and table.concat(parts, "\n") or "(no output)", structured)
+  return mcp.text_result(#parts > 0 and table.concat(parts, "\n") or "(no output)",
+                         payload_once(structured, {"stdout", "stderr", "submitted"}))
 end
 
 -- A lock whose holder may be cancelled: release wakes every waiter and each checks again, so
@@ -195,6 +249,104 @@ local function with_freed_note(def, result, seconds)
   return result
 end
 
+-- ---------------------------------------------------------------- workspaces
+-- The stateless revision (2026-07-28) has no sessions: a client keeps a sandbox between calls by
+-- passing the handle the first call returned (`workspace`). A workspace is a session's state
+-- without the session; its sandbox is freed after WORKSPACE_SANDBOX_IDLE seconds unused, and the
+-- workspace itself is forgotten after WORKSPACE_IDLE (or, past MAX_WORKSPACES, the oldest unused).
+local WORKSPACE_SANDBOX_IDLE, WORKSPACE_IDLE, MAX_WORKSPACES = 600, 3600, 1000
+
+function Server:sweep_workspaces(now)
+  local n, oldest, oldest_at = 0, nil, math.huge
+  for handle, ws in pairs(self.workspaces) do
+    local idle = now - ws.used
+    local busy = ws.state.lock and ws.state.lock.held
+    if not busy and idle > WORKSPACE_IDLE then
+      self:close_session(ws)
+      self.workspaces[handle] = nil
+    else
+      if not busy and idle > WORKSPACE_SANDBOX_IDLE then self:free_sandbox(ws, WORKSPACE_SANDBOX_IDLE) end
+      n = n + 1
+      if not busy and ws.used < oldest_at then oldest, oldest_at = handle, ws.used end
+    end
+  end
+  if n >= MAX_WORKSPACES and oldest then
+    self:close_session(self.workspaces[oldest])
+    self.workspaces[oldest] = nil
+  end
+end
+
+-- Points ctx.state at the workspace args.workspace names, or at a new one when a stateless
+-- request names none (its handle is returned). nil, err for a handle this server does not know.
+function Server:use_workspace(args, ctx)
+  local now = require("rlm.sys").now()
+  self:sweep_workspaces(now)
+  local handle = args.workspace
+  if handle == nil and not (ctx.session and ctx.session.stateless) then return nil end
+  if handle == nil then
+    handle = "ws-" .. require("rlm.sys").random_hex(12)
+    self.workspaces[handle] = {state = {}}
+  end
+  local ws = self.workspaces[handle]
+  if not ws then
+    return nil, ("no workspace %s: it ended after %d s unused, or the server restarted. Call " ..
+      "without `workspace` to start a new one."):format(handle, WORKSPACE_IDLE)
+  end
+  ws.used = now
+  ctx.state = ws.state
+  return handle
+end
+
+-- The result of a call in a workspace: its handle in structuredContent, and said in the text
+-- when the call started it.
+local function with_workspace(result, handle, started)
+  if type(result.structuredContent) == "table" then result.structuredContent.workspace = handle end
+  if started and not result.isError then
+    result.content[#result.content + 1] = {type = "text", text = ("[workspace] %s: pass " ..
+      "workspace=\"%s\" to later calls to keep this sandbox's files and variables."):format(handle, handle)}
+  end
+  return result
+end
+
+-- ---------------------------------------------------------------- answers too big to send
+
+-- True when result's JSON is over what one message may carry (cfg.max_result, less room for
+-- what the server adds around it).
+function Server:too_big(result)
+  local cap = self.cfg.max_result
+  if not cap then return false end
+  local ok, text = pcall(json.encode, result)
+  return not ok or #text > cap - 4096
+end
+
+-- A result too big for one message: its text becomes a file in the session's sandbox (or the
+-- workspace handle names), and the result says where and how to read it; its small facts stay.
+function Server:keep_oversize(def, result, ctx, handle)
+  local texts = {}
+  for _, c in ipairs(result.content or {}) do
+    if c.type == "text" then texts[#texts + 1] = c.text end
+  end
+  local text = table.concat(texts, "\n")
+  local path = ("results/%s-%s.txt"):format(def.name, require("rlm.sys").random_hex(4))
+  local interp, turn <close> = self:session_interp(ctx)
+  local ok, err = interp:upload(sandbox_path(path), text)
+  if not ok then
+    return mcp.error_result(("The answer is %d bytes, more than one message carries, and " ..
+      "saving it in the sandbox failed: %s"):format(#text, tostring(err)))
+  end
+  local structured = {}
+  for k, v in pairs(type(result.structuredContent) == "table" and result.structuredContent or {}) do
+    local fits, enc = pcall(json.encode, v)
+    if fits and #enc <= 4096 then structured[k] = v end
+  end
+  structured.saved_to, structured.saved_bytes = path, #text
+  local note = ("The answer is %d bytes, more than one message carries here (rlm mcp " ..
+    "--max-result %d). It is saved in the sandbox as %s: read it with sandbox_download " ..
+    "(path=\"%s\"%s), which sends it in parts (offset, length)."):format(#text,
+    self.cfg.max_result, path, path, handle and (', workspace="' .. handle .. '"') or "")
+  return mcp.text_result(note, structured, result.isError)
+end
+
 local USAGE_KEYS = {"calls", "llm_calls", "input_tokens", "output_tokens", "total_tokens", "cost"}
 
 function Server:add_usage(usage)
@@ -234,9 +386,9 @@ end
 -- structuredContent; a run without an answer is an error result that says why.
 local function loop_result(res, outputs)
   local fields = res.fields or {}
-  local structured = {fields = json.object(fields), reason = res.reason, detail = res.detail,
-                      iterations = res.iterations, submitted = res.submitted,
-                      extracted = res.extracted, usage = res.usage}
+  local structured = payload_once({fields = json.object(fields), reason = res.reason,
+                      detail = res.detail, iterations = res.iterations, submitted = res.submitted,
+                      extracted = res.extracted, usage = res.usage}, {"fields"})
   if not res.submitted and not res.extracted then
     return mcp.text_result(("The run ended without an answer: %s%s"):format(tostring(res.reason),
                            res.detail and " (" .. res.detail .. ")" or ""), structured, true)
@@ -261,6 +413,33 @@ end
 
 local CODE_TIMEOUT = number("seconds before the code is stopped (default 300)", 0.1)
 
+-- ---------------------------------------------------------------- files in parts
+
+local function sh_quote(s)
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+-- Writes data to path: its size, or nil, err.
+local function write_file(interp, path, data)
+  local ok, err = interp:upload(path, data)
+  if not ok then return nil, err end
+  return #data
+end
+
+-- Adds data at the end of path (made when missing): the file's size after, or nil, err. The
+-- part travels as a file of its own beside the target, which a shell command then appends, so
+-- no part of the file is read back.
+local function append_part(interp, path, data)
+  local part = path .. ".rlm-part"
+  local ok, err = interp:upload(part, data)
+  if not ok then return nil, err end
+  local res, why = interp:shell(("cat %s >> %s && rm -f %s && wc -c < %s"):format(
+    sh_quote(part), sh_quote(path), sh_quote(part), sh_quote(path)), 120)
+  if not res then return nil, "appending to " .. path .. ": " .. tostring(why) end
+  if res.exit ~= 0 then return nil, ("appending to %s: %s"):format(path, res.output) end
+  return tonumber(res.output:match("%d+"))
+end
+
 -- ---------------------------------------------------------------- the tool set
 -- One entry a tool, in the order clients see them: name, title, description, inputSchema,
 -- outputSchema (optional), annotations, aliases (rlm-mcp's argument names), and how it runs:
@@ -268,6 +447,8 @@ local CODE_TIMEOUT = number("seconds before the code is stopped (default 300)", 
 --                                              in rlm.prompts as mcp_*)
 --   session = function(interp, args) -> result  on the session's persistent sandbox, in turn
 --   run = function(server, args, ctx) -> result anything else
+-- and task = "optional" for the long ones: on protocol 2026-07-28 they run as tasks for clients
+-- that take them (rlm.mcp.tasks).
 M.definitions = {
   {
     name = "rlm_execute", title = "Run a task with a Recursive Language Model",
@@ -281,6 +462,7 @@ M.definitions = {
                  description = "names of the output fields (default: answer)"},
       max_iterations = integer("turns before the run gives up (default 20)", 1, 100),
     }, {"task"}),
+    task = "optional",   -- a client that takes tasks gets a handle at once
     annotations = {readOnlyHint = false, openWorldHint = true},
     loop = function(args)
       local outputs = (args.outputs and #args.outputs > 0) and args.outputs or {"answer"}
@@ -296,6 +478,7 @@ M.definitions = {
       data = str("the data to analyze"),
       question = str("the question to answer", {minLength = 1}),
     }, {"data", "question"}),
+    task = "optional",   -- a client that takes tasks gets a handle at once
     annotations = {readOnlyHint = true, openWorldHint = true},
     loop = function(args)
       return {task = prompts.render(prompts.mcp_analyze, {question = args.question}),
@@ -313,6 +496,7 @@ M.definitions = {
       context = str("existing code or data the task refers to"),
     }, {"task"}),
     aliases = {description = "task"},
+    task = "optional",   -- a client that takes tasks gets a handle at once
     annotations = {readOnlyHint = true, openWorldHint = true},
     loop = function(args)
       local task = prompts.render(prompts.mcp_code, {language = args.language or "python",
@@ -332,6 +516,7 @@ M.definitions = {
       max_subtasks = integer("at most this many sub-tasks (default 5)", 1, 10),
     }, {"task"}),
     aliases = {complex_task = "task", num_subtasks = "max_subtasks"},
+    task = "optional",   -- a client that takes tasks gets a handle at once
     annotations = {readOnlyHint = false, openWorldHint = true},
     run = function(server, args, ctx)
       local n = args.max_subtasks or 5
@@ -391,11 +576,11 @@ M.definitions = {
     description = "Run Python in this session's persistent sandbox: variables, imports and " ..
       "files stay between calls. `reset` clears the variables first (files stay). Cancelling " ..
       "a call ends the sandbox; the next call starts a fresh one.",
-    inputSchema = object({
+    inputSchema = in_workspace(object({
       code = str("Python source to run"),
       reset = {type = "boolean", description = "clear the Python state before running"},
       timeout = CODE_TIMEOUT,
-    }, {"code"}),
+    }, {"code"})),
     outputSchema = RUN_OUTPUT,
     annotations = {readOnlyHint = false, destructiveHint = false, openWorldHint = false},
     session = function(interp, args)
@@ -406,14 +591,19 @@ M.definitions = {
   {
     name = "sandbox_upload", title = "Write a file into the session's sandbox",
     description = "Write a file into the persistent sandbox (relative paths are under the " ..
-      "workspace, the code's working directory).",
-    inputSchema = object({
+      "workspace, the code's working directory). A file bigger than one request carries goes " ..
+      "in parts: the first call writes it, each next one passes append=true.",
+    inputSchema = in_workspace(object({
       path = str("where to write it", {minLength = 1}),
       content = str("the file's content"),
       encoding = {type = "string", enum = json.array{"utf-8", "base64"},
                   description = "how content is encoded (default utf-8)"},
-    }, {"path", "content"}),
-    outputSchema = object({path = {type = "string"}, bytes = {type = "integer"}}, {"path", "bytes"}),
+      append = {type = "boolean", description = "add content at the end of the file instead " ..
+                "of replacing it (how a big file is sent in parts)"},
+    }, {"path", "content"})),
+    outputSchema = out_workspace(object({path = {type = "string"}, bytes = {type = "integer"},
+      size = {type = "integer", description = "the file's size after this call"}},
+      {"path", "bytes", "size"})),
     annotations = {readOnlyHint = false, destructiveHint = true, openWorldHint = false},
     run = function(server, args, ctx)
       local data = args.content
@@ -423,10 +613,10 @@ M.definitions = {
         data = decoded
       end
       local interp, turn <close> = server:session_interp(ctx)
-      local ok, err = interp:upload(sandbox_path(args.path), data)
-      if not ok then return mcp.error_result(err) end
-      return mcp.text_result(("wrote %d bytes to %s"):format(#data, args.path),
-                             {path = args.path, bytes = #data})
+      local size, err = (args.append and append_part or write_file)(interp, sandbox_path(args.path), data)
+      if not size then return mcp.error_result(err) end
+      return mcp.text_result(("wrote %d bytes to %s (now %d bytes)"):format(#data, args.path, size),
+                             {path = args.path, bytes = #data, size = size})
     end,
   },
   {
@@ -434,18 +624,18 @@ M.definitions = {
     description = "Read a file from the persistent sandbox. Text comes back as it is, other " ..
       "bytes as base64 (or ask for an encoding). A file too big for one answer comes in parts: " ..
       "the answer says where the next part starts (offset, in bytes of the file).",
-    inputSchema = object({
+    inputSchema = in_workspace(object({
       path = str("the file to read", {minLength = 1}),
       encoding = {type = "string", enum = json.array{"auto", "utf-8", "base64"},
                   description = "auto (default): utf-8 when the bytes are text, else base64"},
       offset = integer("the first byte to read (default 0)", 0),
       length = integer("at most this many bytes (default: as many as one answer carries)", 1),
-    }, {"path"}),
-    outputSchema = object({path = {type = "string"}, bytes = {type = "integer"},
+    }, {"path"})),
+    outputSchema = out_workspace(object({path = {type = "string"}, bytes = {type = "integer"},
                            encoding = {type = "string"}, offset = {type = "integer"},
                            length = {type = "integer"},
                            next_offset = {type = "integer", description = "where the rest starts"}},
-                          {"path", "bytes", "encoding", "offset", "length"}),
+                          {"path", "bytes", "encoding", "offset", "length"})),
     annotations = {readOnlyHint = true, openWorldHint = false},
     session = function(interp, args, server)
       local data, err = interp:download(sandbox_path(args.path))
@@ -471,11 +661,11 @@ M.definitions = {
     name = "sandbox_files", title = "List files in the session's sandbox",
     description = "List the files under a directory of the persistent sandbox (default the " ..
       "workspace), recursively, with their types and sizes.",
-    inputSchema = object({dir = str("the directory to list")}),
+    inputSchema = in_workspace(object({dir = str("the directory to list")})),
     aliases = {path = "dir"},
-    outputSchema = object({files = {type = "array", items = object({
+    outputSchema = out_workspace(object({files = {type = "array", items = object({
       path = {type = "string"}, type = {type = "string"}, size = {type = "integer"}})}},
-      {"files"}),
+      {"files"})),
     annotations = {readOnlyHint = true, openWorldHint = false},
     session = function(interp, args)
       local files, err = interp:files(sandbox_path(args.dir))
@@ -492,17 +682,18 @@ M.definitions = {
     name = "sandbox_shell", title = "Run a shell command in the session's sandbox",
     description = "Run a shell command in the persistent sandbox (in the workspace) and " ..
       "return its exit status and combined output.",
-    inputSchema = object({
+    inputSchema = in_workspace(object({
       command = str("the command line (run by sh -c)", {minLength = 1}),
       timeout = number("seconds before it is stopped (default 60)", 0.1),
-    }, {"command"}),
-    outputSchema = object({exit = {type = "integer"}, output = {type = "string"}}, {"exit", "output"}),
+    }, {"command"})),
+    outputSchema = out_workspace(object(with_big_fields{exit = {type = "integer"},
+                                                        output = {type = "string"}}, {"exit"})),
     annotations = {readOnlyHint = false, destructiveHint = true, openWorldHint = false},
     session = function(interp, args)
       local res, err = interp:shell(args.command, args.timeout or 60)
       if not res then return mcp.error_result("the command could not run: " .. tostring(err)) end
       local text = ("[exit %d]\n%s"):format(res.exit, res.output)
-      return mcp.text_result(text, {exit = res.exit, output = res.output})
+      return mcp.text_result(text, payload_once({exit = res.exit, output = res.output}, {"output"}))
     end,
   },
   {
@@ -537,28 +728,44 @@ M.definitions = {
 
 -- The server's run(args, ctx) for one definition.
 local function runner(server, def)
+  local run = def.run
   if def.loop then
-    return function(args, ctx)
+    run = function(_, args, ctx)
       local opts, outputs = def.loop(args)
       return loop_result(server:run_loop(ctx, opts), outputs)
     end
   elseif def.session then
-    return function(args, ctx)
+    run = function(_, args, ctx)
       local interp, turn <close> = server:session_interp(ctx)
-      local result = def.session(interp, args, server)
-      return ctx.sandbox_freed and with_freed_note(def, result, ctx.sandbox_freed) or result
+      return def.session(interp, args, server)
     end
   end
+  local keeps_sandbox = def.inputSchema.properties.workspace ~= nil
   return function(args, ctx)
-    local result = def.run(server, args, ctx)
-    return ctx.sandbox_freed and with_freed_note(def, result, ctx.sandbox_freed) or result
+    local handle, err
+    if keeps_sandbox then
+      handle, err = server:use_workspace(args, ctx)
+      if err then return mcp.error_result(err) end
+    end
+    local started = handle ~= nil and args.workspace == nil
+    local result = run(server, args, ctx)
+    if ctx.sandbox_freed then result = with_freed_note(def, result, ctx.sandbox_freed) end
+    if server:too_big(result) then
+      if not handle then                 -- stateless: the file needs a workspace to stay in
+        handle = server:use_workspace({}, ctx)
+        started = handle ~= nil
+      end
+      result = server:keep_oversize(def, result, ctx, handle)
+    end
+    if handle then result = with_workspace(result, handle, started) end
+    return result
   end
 end
 
 --- The tool set for one server: {list = tools for rlm.mcp.server, close_session = fn}.
 function M.new(cfg)
   -- totals.calls: every model call; llm_calls: the sub-calls made from sandbox code.
-  local server = setmetatable({cfg = cfg or {}, running = 0,
+  local server = setmetatable({cfg = cfg or {}, running = 0, workspaces = {},
     totals = {runs = 0, calls = 0, llm_calls = 0, input_tokens = 0, output_tokens = 0,
               total_tokens = 0, cost = 0.0}}, Server)
   local list = {}
