@@ -158,45 +158,115 @@ static void preload_modules(lua_State *L)
     lua_pop(L, 1);
 }
 
-/* With RLM_LUA_PATH set, modules found in those directories win over the embedded ones, so a
- * user can replace one module (a prompt template, say) without rebuilding. The searcher goes
- * in front of the preload searcher; package.path itself never looks in the working directory
- * (mpv's reasoning: a stray ./x.lua must not hijack a require). */
+/* The searcher of RLM_LUA_PATH's modules (upvalue 1 is its path): it goes in front of the
+ * preload searcher, so a user can replace one of rlm's modules (a prompt template, say) without
+ * rebuilding. It has a path of its own: the user's LUA_PATH never outranks an rlm module. */
+static int search_overrides(lua_State *L)
+{
+    const char *name = luaL_checkstring(L, 1);
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "searchpath");
+    lua_pushvalue(L, 1);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_call(L, 2, 2);                                           // [package, file|nil, err]
+    if (lua_isnil(L, -2))
+        return 1;
+    const char *file = lua_tostring(L, -2);
+    if (luaL_loadfilex(L, file, NULL) != LUA_OK)
+        return luaL_error(L, "error loading module '%s' from file '%s':\n\t%s", name, file,
+                          lua_tostring(L, -1));
+    lua_pushstring(L, file);
+    return 2;
+}
+
+static void add_override_searcher(lua_State *L, const char *dirs)
+{
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (const char *p = dirs; *p;) {
+        const char *colon = strchr(p, ':');
+        size_t len = colon ? (size_t)(colon - p) : strlen(p);
+        if (len) {
+            luaL_addlstring(&b, p, len);
+            luaL_addstring(&b, "/?.lua;");
+            luaL_addlstring(&b, p, len);
+            luaL_addstring(&b, "/?/init.lua;");
+        }
+        p += len + (colon != NULL);
+    }
+    luaL_pushresult(&b);                                          // [package, path]
+    lua_pushcclosure(L, search_overrides, 1);                     // [package, searcher]
+    lua_getfield(L, -2, "searchers");                             // [package, searcher, searchers]
+    for (lua_Integer i = (lua_Integer)luaL_len(L, -1); i >= 1; i--) {
+        lua_rawgeti(L, -1, i);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_insert(L, -2);
+    lua_rawseti(L, -2, 1);
+    lua_pop(L, 1);
+}
+
+/* lua5.4's default path without its entries in the working directory ("./?.lua"): mpv's
+ * reasoning, a stray ./x.lua in whatever folder rlm is started from must not hijack a require.
+ * A user who wants the working directory puts "./?.lua" in LUA_PATH. */
+static void without_working_dir(const char *dflt, char *out, size_t size)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (const char *p = dflt; *p;) {
+        const char *semi = strchr(p, ';');
+        size_t len = semi ? (size_t)(semi - p) : strlen(p);
+        if (len && strncmp(p, "./", 2) != 0 && n + len + 2 < size) {
+            if (n)
+                out[n++] = ';';
+            memcpy(out + n, p, len);
+            n += len;
+            out[n] = '\0';
+        }
+        p += len + (semi != NULL);
+    }
+}
+
+/* package[field] as lua.c sets it: the first of var54 and var that is set, a ";;" in it
+ * standing for the default; the default alone when neither is set. */
+static void set_path(lua_State *L, const char *field, const char *var54, const char *var,
+                     const char *dflt)
+{
+    char safe[1024];
+    without_working_dir(dflt, safe, sizeof safe);
+    const char *env = getenv(var54);
+    if (env == NULL)
+        env = getenv(var);
+    const char *mark = env ? strstr(env, ";;") : NULL;
+    if (env == NULL) {
+        lua_pushstring(L, safe);
+    } else if (mark == NULL) {
+        lua_pushstring(L, env);
+    } else {
+        luaL_Buffer b;
+        luaL_buffinit(L, &b);
+        if (mark > env) {
+            luaL_addlstring(&b, env, (size_t)(mark - env));
+            luaL_addchar(&b, ';');
+        }
+        luaL_addstring(&b, safe);
+        if (mark[2]) {
+            luaL_addchar(&b, ';');
+            luaL_addstring(&b, mark + 2);
+        }
+        luaL_pushresult(&b);
+    }
+    lua_setfield(L, -2, field);
+}
+
 static void set_search_paths(lua_State *L)
 {
     const char *dirs = getenv("RLM_LUA_PATH");
     lua_getglobal(L, "package");                                  // [package]
-    lua_pushliteral(L, "");
-    lua_setfield(L, -2, "cpath");
-    if (dirs && *dirs) {
-        luaL_Buffer b;
-        luaL_buffinit(L, &b);
-        const char *p = dirs;
-        while (*p) {
-            const char *colon = strchr(p, ':');
-            size_t len = colon ? (size_t)(colon - p) : strlen(p);
-            if (len) {
-                luaL_addlstring(&b, p, len);
-                luaL_addstring(&b, "/?.lua;");
-                luaL_addlstring(&b, p, len);
-                luaL_addstring(&b, "/?/init.lua;");
-            }
-            p += len + (colon != NULL);
-        }
-        luaL_pushresult(&b);                                      // [package, path]
-        lua_setfield(L, -2, "path");
-        lua_getfield(L, -1, "searchers");                         // [package, searchers]
-        lua_rawgeti(L, -1, 2);                                    // the Lua-file searcher
-        for (lua_Integer i = (lua_Integer)luaL_len(L, -2); i >= 1; i--) {
-            lua_rawgeti(L, -2, i);
-            lua_rawseti(L, -3, i + 1);
-        }
-        lua_rawseti(L, -2, 1);
-        lua_pop(L, 1);
-    } else {
-        lua_pushliteral(L, "");
-        lua_setfield(L, -2, "path");
-    }
+    set_path(L, "path", "LUA_PATH_5_4", "LUA_PATH", LUA_PATH_DEFAULT);
+    set_path(L, "cpath", "LUA_CPATH_5_4", "LUA_CPATH", LUA_CPATH_DEFAULT);
+    if (dirs && *dirs)
+        add_override_searcher(L, dirs);
     lua_pop(L, 1);
 }
 

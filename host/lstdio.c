@@ -68,9 +68,16 @@ static int l_reader(lua_State *L)
     r->fd = fd;
     r->id = loop_new_id(lp);
     luaL_setmetatable(L, READER);
-    if (loop_watch(lp, fd, POLLIN, on_input, r) != 0)
-        return luaL_error(L, "out of memory");
-    r->watching = 1;
+    if (loop_watch(lp, fd, POLLIN, on_input, r) == 0) {
+        r->watching = 1;
+        return 1;
+    }
+    if (errno != EPERM)
+        return luaL_error(L, "cannot watch descriptor %d: %s", fd, strerror(errno));
+    /* A regular file or /dev/null (`rlm mcp < requests.jsonl`), which epoll refuses: reading
+     * one never blocks, so it is taken whole now. */
+    while (!r->ended)
+        on_input(r, fd, POLLIN);
     return 1;
 }
 

@@ -431,9 +431,17 @@ static int l_mkdtemp(lua_State *L)
     const char *prefix = luaL_optstring(L, 1, "rlm");
     const char *base = getenv("TMPDIR");
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s.XXXXXX", base && *base ? base : "/tmp", prefix);
-    if (mkdtemp(path) == NULL)
-        return fail_errno(L, path);
+    int from_env = base && *base;
+    snprintf(path, sizeof path, "%s/%s.XXXXXX", from_env ? base : "/tmp", prefix);
+    if (mkdtemp(path) == NULL) {
+        if (!from_env)
+            return fail_errno(L, path);
+        /* the folder the environment names is what the user has to fix: say so */
+        int e = errno;
+        const char *what = lua_pushfstring(L, "TMPDIR is %s, where no folder can be made", base);
+        errno = e;
+        return fail_errno(L, what);
+    }
     lua_pushstring(L, path);
     return 1;
 }

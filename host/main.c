@@ -1,7 +1,10 @@
 /* main.c — `rlm`: creates the state and hands argv to the Lua CLI (lua/rlm/cli.lua).
  * Like lua.c, everything that can fail runs inside a protected call; main only reports. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -29,8 +32,18 @@ static int pmain(lua_State *L)
     return 1;
 }
 
+/* A descriptor 0, 1 or 2 that the caller left closed is /dev/null: otherwise the first file
+ * rlm opens (the event loop's own pipe) would take its number and be read as stdin. */
+static void open_standard_fds(void)
+{
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) == -1 && errno == EBADF && open("/dev/null", O_RDWR) != fd)
+            _exit(EXIT_FAILURE);
+}
+
 int main(int argc, char **argv)
 {
+    open_standard_fds();
     init_if_pid1();
     lua_State *L = host_newstate();
     if (L == NULL) {

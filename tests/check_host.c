@@ -72,9 +72,50 @@ START_TEST(a_big_buffer_becomes_a_string_in_place)
 }
 END_TEST
 
-START_TEST(the_working_directory_is_never_searched)
+/* The paths a fresh state gets with LUA_PATH_5_4 and LUA_CPATH_5_4 set to path and cpath (NULL:
+ * unset), checked by the Lua expression check. */
+static void check_paths(const char *path, const char *cpath, const char *check)
 {
-    run_lua(L, "assert(package.path == '' and package.cpath == '')");
+    const char *vars[] = {"LUA_PATH", "LUA_CPATH", "LUA_PATH_5_4", "LUA_CPATH_5_4"};
+    char *saved[4];
+    for (int i = 0; i < 4; i++) {
+        const char *v = getenv(vars[i]);
+        saved[i] = v ? strdup(v) : NULL;
+        unsetenv(vars[i]);
+    }
+    if (path)
+        setenv("LUA_PATH_5_4", path, 1);
+    if (cpath)
+        setenv("LUA_CPATH_5_4", cpath, 1);
+    lua_State *L2 = host_newstate();
+    for (int i = 0; i < 4; i++) {
+        if (saved[i])
+            setenv(vars[i], saved[i], 1);
+        else
+            unsetenv(vars[i]);
+        free(saved[i]);
+    }
+    ck_assert_ptr_nonnull(L2);
+    run_lua(L2, check);
+    lua_close(L2);
+}
+
+START_TEST(the_working_directory_is_searched_only_when_asked)
+{
+    /* lua5.4's defaults, less "./?.lua", "./?/init.lua" and "./?.so" */
+    check_paths(NULL, NULL,
+                "assert(package.path:find('/usr/share/lua/5.4/?.lua', 1, true), package.path)\n"
+                "assert(package.cpath:find('/lua/5.4/?.so', 1, true), package.cpath)\n"
+                "assert(not (';' .. package.path):find(';./', 1, true), package.path)\n"
+                "assert(not (';' .. package.cpath):find(';./', 1, true), package.cpath)");
+    /* ";;" is the default, in place */
+    check_paths("/a/?.lua;;/b/?.lua", ";;/c/?.so",
+                "assert(package.path:match('^/a/%?%.lua;/usr/.*;/b/%?%.lua$'), package.path)\n"
+                "assert(not package.path:find(';./', 1, true), package.path)\n"
+                "assert(package.cpath:match('^/usr/.*;/c/%?%.so$'), package.cpath)");
+    /* the user's own "./?.lua" is theirs to have */
+    check_paths("./?.lua", "./?.so",
+                "assert(package.path == './?.lua' and package.cpath == './?.so')");
 }
 END_TEST
 
@@ -165,7 +206,7 @@ Suite *make_host_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, embedded_files_are_indexed_by_path);
     tcase_add_test(tc, modules_load_from_the_binary_with_real_chunk_names);
-    tcase_add_test(tc, the_working_directory_is_never_searched);
+    tcase_add_test(tc, the_working_directory_is_searched_only_when_asked);
     tcase_add_test(tc, a_big_buffer_becomes_a_string_in_place);
     tcase_add_test(tc, pcall_appends_a_traceback);
     tcase_add_test(tc, lua_path_override_wins_over_embedded);

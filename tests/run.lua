@@ -9,7 +9,7 @@ package.path = "tests/lua/?.lua;" .. package.path
 local sys = require "rlm.sys"
 local T = require "support"
 
-local SEPARATE = {["test_isolation.lua"] = true}
+local SEPARATE = {["test_isolation.lua"] = true, ["test_venv.lua"] = true}
 local FILE_TIMEOUT = tonumber(sys.getenv("RLM_TEST_FILE_TIMEOUT") or "") or 600
 -- What a child reports to its parent, on lines of their own: its counts and its failed tests.
 local REPORT = "@@rlm-test-report "

@@ -277,8 +277,9 @@ local function decide(self, call, left_calls, left_tokens, left_cost, left_secon
   if left_cost then
     local p = call.price
     if not p then
-      return nil, ("max_cost: %s has no price, so a cost limit cannot hold it; give one with "
-        .. "prices = {[%q] = {input = USD, output = USD}} (per million tokens)"):format(
+      return nil, ("max_cost: %s has no price, so a cost limit cannot hold it; give one in a "
+        .. "prices file (--prices FILE.json, RLM_PRICES) or prices = {[%q] = {input = USD, "
+        .. "output = USD}} from Lua (per million tokens)"):format(
         tostring(call.label), tostring(call.label))
     end
     local room = left_cost - keep_cost - prompt * p.input / 1e6

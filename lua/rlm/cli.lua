@@ -71,34 +71,80 @@ commands.help = {
   end,
 }
 
+-- LUA_INIT_5_4, else LUA_INIT, as lua.c runs it before a script: "@FILE" runs that file, any
+-- other value is Lua code. Returns true, or false after printing the error.
+local function run_lua_init()
+  local name, init = "=LUA_INIT_5_4", os.getenv("LUA_INIT_5_4")
+  if not init then name, init = "=LUA_INIT", os.getenv("LUA_INIT") end
+  if not init then return true end
+  local chunk, err
+  if init:sub(1, 1) == "@" then
+    chunk, err = loadfile(init:sub(2))
+  else
+    chunk, err = load(init, name)
+  end
+  if not chunk then
+    eprint("rlm: ", err)
+    return false
+  end
+  return (protected(chunk))
+end
+
+-- The script's own folder goes in front of package.path and package.cpath, so a helpers.lua
+-- beside it is found from any working directory (a folder whose name holds a path's own
+-- characters, ';' or '?', is left out).
+local function search_beside(file)
+  local dir = file:match("^(.*)/[^/]*$") or "."
+  dir = require("rlm.sys").realpath(dir == "" and "/" or dir)
+  if not dir or dir:find("[;?]") then return end
+  dir = dir == "/" and "" or dir
+  package.path = ("%s/?.lua;%s/?/init.lua;%s"):format(dir, dir, package.path)
+  package.cpath = ("%s/?.so;%s"):format(dir, package.cpath)
+end
+
+-- Runs a Lua script as `lua` does: LUA_INIT first, then the chunk with `...` and the global
+-- `arg` (arg[0] the script, arg[1..] its arguments, the words before it at negative indices).
+-- `before` is the command line up to the script.
+local function run_script(chunk, before, args)
+  local script_args = {table.unpack(args, 2)}
+  for i, word in ipairs(before) do script_args[i - #before - 1] = word end
+  script_args[0] = args[1]
+  _G.arg = script_args
+  if not run_lua_init() then return 1 end
+  local ok, status = protected(chunk, table.unpack(args, 2))
+  if not ok then return 1 end
+  return math.type(status) == "integer" and status or 0
+end
+
+local function run_file(args, before, usage)
+  local file = args[1]
+  if not file then
+    eprint(usage)
+    return 2
+  end
+  -- "-" reads the script from stdin, as `lua -` does
+  local chunk, err
+  if file == "-" then
+    chunk, err = load(io.stdin:read("a"), "=stdin", "t")
+  else
+    chunk, err = loadfile(file, "t")
+    if chunk then search_beside(file) end
+  end
+  if not chunk then
+    eprint("rlm: ", err)
+    return 1
+  end
+  return run_script(chunk, before, args)
+end
+
 commands.run = {
-  run = function(args)
-    local file = args[1]
-    if not file then
-      eprint("rlm run: missing FILE.lua\n\n", commands_table.help("run"))
-      return 2
-    end
-    -- "-" reads the script from stdin, as `lua -` does
-    local chunk, err
-    if file == "-" then
-      chunk, err = load(io.stdin:read("a"), "=stdin", "t")
-    else
-      chunk, err = loadfile(file, "t")
-    end
-    if not chunk then
-      eprint("rlm: ", err)
-      return 1
-    end
-    local script_args = {[0] = file, table.unpack(args, 2)}
-    _G.arg = script_args
-    local ok, status = protected(chunk, table.unpack(args, 2))
-    if not ok then return 1 end
-    return math.type(status) == "integer" and status or 0
+  run = function(args, argv0)
+    return run_file(args, {argv0, "run"}, "rlm run: missing FILE.lua\n\n" .. commands_table.help("run"))
   end,
 }
 
 commands["-e"] = {
-  run = function(args)
+  run = function(args, argv0)
     local code = args[1]
     if not code then
       eprint("rlm -e: missing CODE")
@@ -109,10 +155,8 @@ commands["-e"] = {
       eprint("rlm: ", err)
       return 1
     end
-    _G.arg = {[0] = "-e", table.unpack(args, 2)}
-    local ok, status = protected(chunk, table.unpack(args, 2))
-    if not ok then return 1 end
-    return math.type(status) == "integer" and status or 0
+    local status = run_script(chunk, {argv0}, {"-e", table.unpack(args, 2)})
+    return status
   end,
 }
 
@@ -132,6 +176,15 @@ local function end_sandboxes()
   end
 end
 
+-- `rlm FILE [ARGS]` is `rlm run FILE [ARGS]`, as `lua FILE` is, so `#!/usr/bin/env rlm` works:
+-- a word that names no command but holds a '/' or ends in .lua, or names a file.
+local function names_a_script(word)
+  if word:find("/", 1, true) or word:match("%.lua$") then return true end
+  local f = io.open(word, "r")
+  if f then f:close() end
+  return f ~= nil
+end
+
 function M.main(argv)
   local name = argv[1]
   if name == nil or name == "--help" or name == "-h" then
@@ -140,12 +193,13 @@ function M.main(argv)
   end
   if name == "--version" then name = "version" end
   local cmd = commands[name]
-  if not cmd then
+  local rest = table.move(argv, 2, #argv, 1, {})
+  if not cmd and names_a_script(name) then
+    cmd, rest = {run = function(args) return run_file(args, {argv[0]}) end}, argv
+  elseif not cmd then
     eprint("rlm: unknown command '", name, "'\n\n", USAGE)
     return 2
-  end
-  local rest = table.move(argv, 2, #argv, 1, {})
-  if (rest[1] == "--help" or rest[1] == "-h") and name ~= "-e" then
+  elseif (rest[1] == "--help" or rest[1] == "-h") and name ~= "-e" then
     print(commands_table.help(name))
     return 0
   end
@@ -156,7 +210,7 @@ function M.main(argv)
     end_sandboxes()
     return exit(...)
   end
-  local ok, status = protected(cmd.run, rest)
+  local ok, status = protected(cmd.run, rest, argv[0])
   os.exit = exit
   if not ok then
     status = getmetatable(status) == flags.USAGE and M.EXIT.usage or M.EXIT.failed

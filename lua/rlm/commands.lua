@@ -7,7 +7,7 @@ M.USAGE = [[
 usage: rlm COMMAND [ARGS...]
 
 commands:
-  run FILE.lua [ARGS...]   run a Lua script (with an `arg` table, as `lua` does)
+  run FILE.lua [ARGS...]   run a Lua script as `lua` does (or `rlm FILE.lua`: #!/usr/bin/env rlm)
   -e CODE                  run a chunk of Lua
   ask "TASK"               run the RLM loop on a task (--context FILE, --model M, ...)
   trace FILE.jsonl         summarise a trajectory, or render it (--html OUT.html)
@@ -42,8 +42,11 @@ texts as this command.]],
   run = [[
 usage: rlm run FILE.lua [ARGS...]
 
-Runs a Lua 5.4 script. `arg[0]` is the script, `arg[1..]` its arguments, and `...` holds them
-too. `require` finds the rlm modules (rlm, rlm.http, rlm.json, rlm.sys, ...). An error prints
+Runs a Lua 5.4 script, as `lua5.4 FILE.lua` does; `rlm FILE.lua [ARGS...]` is the same, so a
+script may start with `#!/usr/bin/env rlm`. `arg[0]` is the script, `arg[1..]` its arguments,
+and `...` holds them too; LUA_INIT_5_4 or LUA_INIT runs first. `require` finds the rlm modules
+(rlm, rlm.http, rlm.json, rlm.sys, ...) first, then modules beside the script, then along
+LUA_PATH and LUA_CPATH (`;;` is lua5.4's default, less the working directory). An error prints
 one message with a traceback and exits 1; a script may return an integer exit status.]],
   ["-e"] = "usage: rlm -e CODE\n\nRuns a chunk of Lua code.",
 }

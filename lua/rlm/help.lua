@@ -38,6 +38,7 @@ M.ENVIRONMENT = {
   {"RLM_MCP_ALLOWED_HOSTS, RLM_MCP_ALLOWED_ORIGINS", "further Host names and origins rlm mcp --http accepts (comma separated)"},
   {"XDG_DATA_HOME", "local volumes live in $XDG_DATA_HOME/rlm/volumes/NAME (default ~/.local/share)"},
   {"RLM_BWRAP, RLM_PYTHON", "the bubblewrap and Python executables of the local sandbox (defaults bwrap, /usr/bin/python3)"},
+  {"RLM_VENV", "a virtualenv (made from /usr/bin/python3) or a folder of Python packages, read-only in the local sandbox"},
   {"RLM_SANDBOX_UID", "the uid the local sandbox runs as when rlm runs as root (default 65534)"},
   {"RLM_LUA_PATH", "DIR[:DIR]: Lua modules found there win over the embedded ones"},
   {"RLM_SKILLS_PATH", "DIR[:DIR]: your own skills, beside $XDG_DATA_HOME/rlm/skills"},

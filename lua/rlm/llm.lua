@@ -58,7 +58,7 @@ function M.resolve(model, level)
   level = (level or 1) + 1
   model = model or env("RLM_MODEL")
   if model == nil then
-    error("no model: pass model = \"provider/model\" or set RLM_MODEL", level)
+    error("no model: give --model provider/name (model = \"provider/name\" from Lua) or set RLM_MODEL", level)
   end
   if type(model) ~= "string" then error("llm model must be a string", level) end
   local provider, name = model:match("^([^/]+)/(.+)$")
@@ -81,7 +81,9 @@ end
 
 -- What every request to one model with one key and base URL shares: the provider entry, the
 -- "provider/model" label, the model's name, the key and the URL. Raises on misuse.
-local function endpoint(req, level)
+-- The endpoint of req, or nil and why when its provider needs a key and none is set (a
+-- setting the caller may lack, not misuse). Raises on misuse.
+local function find_endpoint(req, level)
   level = level + 1
   local entry, provider, name = M.resolve(req.model, level)
   local label = provider .. "/" .. name
@@ -89,13 +91,24 @@ local function endpoint(req, level)
   if key == "" then key = nil end
   if req.api_key then secrets.remember(req.api_key) end
   if key == nil and not entry.key_optional then
-    error(("%s needs an API key: set %s (or pass api_key)"):format(label,
-      entry.key_env or "the provider's key variable"), level)
+    return nil, ("%s needs an API key: set %s (or pass api_key)"):format(label,
+      entry.key_env or "the provider's key variable")
   end
   local base = req.base_url or env(entry.base_url_env) or entry.base_url
   return {entry = entry, label = label, name = name, key = key,
           url = base:gsub("/+$", "") .. (entry.path or WIRE_PATHS[entry.wire])}
 end
+
+-- The endpoint of req; raises when it cannot be had (a missing key included).
+local function endpoint(req, level)
+  local ep, why = find_endpoint(req, level + 1)
+  if not ep then error(why, level + 1) end
+  return ep
+end
+
+-- An error table as the bindings make them: kind and message, shown as the message.
+local ERROR = {__tostring = function(e) return e.message end,
+               __concat = function(a, b) return tostring(a) .. tostring(b) end}
 
 -- The request for rlm.core.llm, its "provider/model" label and its on_delta. Raises on misuse.
 -- ep: the request's endpoint when the caller has it (a batch works it out once per model).
@@ -308,9 +321,14 @@ local function run_tasks(creqs, concurrency)
   return results, errs
 end
 
---- One call; waits for it (inside a task, other tasks run meanwhile).
+--- One call; waits for it (inside a task, other tasks run meanwhile). Returns the result, or
+-- nil and the error table ({kind =, message =, ...}, shown as its message): a failed call,
+-- or a provider whose key is not set (kind "no_key"). Raises on misuse.
 function M.complete(req)
-  return run(prepare(req, 2))
+  if type(req) ~= "table" then error("an llm request must be a table", 2) end
+  local ep, why = find_endpoint(req, 2)
+  if not ep then return nil, setmetatable({kind = "no_key", message = why}, ERROR) end
+  return run(prepare(req, 2, ep))
 end
 
 local function batch_concurrency(opts, level)

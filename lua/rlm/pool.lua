@@ -54,20 +54,43 @@ local function failed_run(err)
           duration = 0, timed_out = false, state_lost = true, stdout_chars = 0}
 end
 
---- Runs each code string in a fresh state; returns {out, run} pairs in input order.
--- variables (optional) are injected into every snippet.
+-- The snippets of map: {code, variables} by index, from its arguments.
+local function snippets(codes, variables)
+  local per_item = type(variables) == "table" and variables[1] ~= nil
+  if type(codes) == "string" then
+    if not per_item then
+      error("pool:map with one code string takes a list of variable tables, one per run", 3)
+    end
+    local items = {}
+    for i, v in ipairs(variables) do items[i] = {codes, v} end
+    return items
+  end
+  if type(codes) ~= "table" then error("pool:map takes a list of code strings", 3) end
+  if per_item and #variables ~= #codes then
+    error(("pool:map: %d code strings but %d variable tables"):format(#codes, #variables), 3)
+  end
+  local items = {}
+  for i, code in ipairs(codes) do items[i] = {code, per_item and variables[i] or variables} end
+  return items
+end
+
+--- Runs each snippet in a fresh state; returns {out, run} pairs in input order. codes is a
+-- list of code strings, with variables (optional) injected into every one, or a list of
+-- tables, variables[i] into codes[i]; or codes is one code string, run once with each table
+-- of the list variables.
 function Pool:map(codes, variables)
   if self.closed then error("this pool has been shut down", 2) end
+  local items = snippets(codes, variables)
   local results, next_index = {}, 1
   local function worker(i)
-    while next_index <= #codes do
+    while next_index <= #items do
       local index = next_index
       next_index = next_index + 1
       local ok, out, run = pcall(function()
         local interp = self:slot(i)
         if self.dirty[i] then interp:reset() end
         self.dirty[i] = true
-        return interp:execute(codes[index], variables)
+        return interp:execute(items[index][1], items[index][2])
       end)
       if ok then
         results[index] = {out, run}
@@ -80,7 +103,7 @@ function Pool:map(codes, variables)
     end
   end
   local workers = {}
-  for i = 1, math.min(self.size, #codes) do workers[i] = function() worker(i) end end
+  for i = 1, math.min(self.size, #items) do workers[i] = function() worker(i) end end
   async.all(workers)
   return results
 end

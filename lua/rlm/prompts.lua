@@ -36,6 +36,8 @@ In the REPL you have:
 - SUBMIT({{submit_signature}}): finish, with these output fields.
 - print(...): the only way to see a value. Output past {{max_output_chars}} characters is cut
   in the middle.
+- Python's standard library. Other packages (numpy, pandas, ...) only if installed: check
+  with importlib.util.find_spec before you rely on one.
 {{tools}}
 Work like this:
 1. Look before you decide: print the type, the size and a sample of `context`.

@@ -23,17 +23,19 @@
 --     symbolic links (rlm.core.sandbox), so code swapping directories cannot redirect them.
 --
 -- RLM_BWRAP and RLM_PYTHON (or the bwrap/python options) name other executables; the Python
--- one must be visible inside the sandbox, i.e. live under /usr.
+-- one must be visible inside the sandbox, i.e. live under /usr or be a virtualenv's link to it.
+-- The venv option (or RLM_VENV) binds a user's packages read-only (rlm.backend.venv).
 -- The interface this implements is written down at the top of lua/rlm/interpreter.lua.
 local json = require "rlm.json"
 local common = require "rlm.backend.common"
 local limits = require "rlm.limits"
 local sandbox = require "rlm.core.sandbox"
 local sys = require "rlm.sys"
+local venv = require "rlm.backend.venv"
 
 local clock = sys.now   -- an upvalue on the path of every request
 
-local M = {name = "local", options = {bwrap = true, python = true, uid = true}}
+local M = {name = "local", options = {bwrap = true, python = true, uid = true, venv = true}}
 
 local HOME, WORKSPACE, MEMORY = common.HOME, common.WORKSPACE, common.MEMORY
 local INSTALL = "install them with `sudo apt-get install bubblewrap python3`"
@@ -67,7 +69,33 @@ local ETC = {"alternatives", "ssl", "localtime", "timezone", "hosts", "resolv.co
 local Sandbox = {}
 Sandbox.__index = Sandbox
 
---- The executables this backend runs; raises with install advice when one is missing.
+-- The host uid and gid the sandbox runs as: nil when rlm is not root (the sandbox then runs as
+-- the user who runs rlm, mapped to 1000 inside), else `uid` or RLM_SANDBOX_UID or 65534.
+local function sandbox_owner(opts)
+  if sys.getuid() ~= 0 then return nil end
+  local v = opts.uid or sys.getenv("RLM_SANDBOX_UID") or DEFAULT_UID
+  local uid = math.tointeger(tonumber(v))
+  if not uid or uid <= 0 or uid >= 2^32 - 1 then
+    error(("the sandbox's uid must be a positive number other than 0 (got %s): the code must " ..
+           "never run as host root"):format(tostring(v)), 0)
+  end
+  return uid
+end
+
+-- The user's packages (rlm.backend.venv): the venv option, else RLM_VENV, else the virtualenv
+-- the python named belongs to; nil when none.
+local function user_packages(opts, python)
+  local given, what = opts.venv, "venv"
+  if given == nil then given, what = sys.getenv("RLM_VENV"), "RLM_VENV" end
+  if given == nil then
+    given = venv.of_python(python)
+    what = "the virtualenv of " .. python .. ","
+  end
+  return given and venv.resolve(given, what, sandbox_owner(opts))
+end
+
+--- The executables this backend runs and the user's packages; raises with install advice when
+-- one is missing.
 local function tools(opts)
   local bwrap = opts.bwrap or sys.getenv("RLM_BWRAP") or "bwrap"
   local python = opts.python or sys.getenv("RLM_PYTHON") or "/usr/bin/python3"
@@ -80,28 +108,19 @@ local function tools(opts)
            "(or point RLM_BWRAP / RLM_PYTHON at them)"):format(
            table.concat(missing, " and ") .. (#missing > 1 and " were" or " was"), INSTALL), 0)
   end
-  -- The sandbox sees only /usr of the host's disk: a virtualenv's python elsewhere is not there.
+  -- A virtualenv brings its own python, a link to one under /usr, bound with the virtualenv.
+  local packages = user_packages(opts, python)
+  if packages and packages.python then python = packages.python end
+  -- The sandbox sees only /usr of the host's disk (and the user's packages): a Python elsewhere
+  -- is not there.
   local real = sys.realpath(sys.which(python)) or python
   if real:sub(1, 5) ~= "/usr/" then
     error(("RLM_PYTHON is %s (%s), outside /usr: the sandbox sees only /usr of this machine, so "
-      .. "that Python cannot run inside. Use a Python under /usr (the default /usr/bin/python3) "
-      .. "and install packages for it with apt (e.g. python3-numpy python3-pandas)"):format(
-      python, real), 0)
+      .. "that Python cannot run inside. Use a Python under /usr (the default /usr/bin/python3), "
+      .. "or a virtualenv made from it (RLM_VENV), and install packages for it with apt (e.g. "
+      .. "python3-numpy python3-pandas)"):format(python, real), 0)
   end
-  return bwrap_path, python
-end
-
--- The host uid and gid the sandbox runs as: nil when rlm is not root (the sandbox then runs as
--- the user who runs rlm, mapped to 1000 inside), else `uid` or RLM_SANDBOX_UID or 65534.
-local function sandbox_owner(opts)
-  if sys.getuid() ~= 0 then return nil end
-  local v = opts.uid or sys.getenv("RLM_SANDBOX_UID") or DEFAULT_UID
-  local uid = math.tointeger(tonumber(v))
-  if not uid or uid <= 0 or uid >= 2^32 - 1 then
-    error(("the sandbox's uid must be a positive number other than 0 (got %s): the code must " ..
-           "never run as host root"):format(tostring(v)), 0)
-  end
-  return uid
+  return bwrap_path, python, packages
 end
 
 --- Checks what create() needs without creating anything.
@@ -229,7 +248,7 @@ end
 --- Creates a sandbox (directories staged; the driver is started by start_driver).
 -- Raises on failure, leaving nothing behind.
 function M.create(opts)
-  local bwrap, python = tools(opts)
+  local bwrap, python, packages = tools(opts)
   local volume = opts.volume_name and M.volume_dir(opts.volume_name)
   local root = assert(sys.mkdtemp("rlm-sandbox"))
   local base = root:match("^(.*)/[^/]+$")
@@ -247,7 +266,8 @@ function M.create(opts)
   local passable
   passable, why = sys.chmod(root, tonumber("711", 8))
   if not passable then abandon("cannot prepare the sandbox folder: " .. why) end
-  local self = setmetatable({root = root, held = held, bwrap = bwrap, python = python, opts = opts,
+  local self = setmetatable({root = root, held = held, bwrap = bwrap, python = python,
+                             packages = packages, opts = opts,
                              env = opts.env or {}, network = opts.network and true or false,
                              limits = limits.resolve(opts.limits), uid = sandbox_owner(opts),
                              stderr_tail = "", dying = {}}, Sandbox)
@@ -349,8 +369,9 @@ function Sandbox:command(argv)
       "--size", l.tmp, "--tmpfs", "/tmp",
       "--size", 2 * l.output, "--tmpfs", CAPTURE_DIR,
       "--dir", HOME, "--bind", self.workspace, WORKSPACE, "--bind", self.memory, MEMORY,
-      "--chdir", WORKSPACE, "--uid", "1000", "--gid", "1000", "--hostname", "sandbox",
-      "--remount-ro", "/", "--")
+      "--chdir", WORKSPACE, "--uid", "1000", "--gid", "1000", "--hostname", "sandbox")
+  if self.packages then add(table.unpack(venv.mount_args(self.packages))) end
+  add("--remount-ro", "/", "--")
   table.move(argv, 1, #argv, #a + 1, a)
   if not seccomp_program then seccomp_program = sandbox.seccomp_filter() end
   pass[FD.seccomp] = seccomp_program
@@ -432,6 +453,7 @@ function Sandbox:start_driver()
   local argv = {self.python, "-u", "-S", "-c", code and LOADER or source, "--stdio",
                 "--capture-dir", CAPTURE_DIR}
   for _, arg in ipairs(common.driver_settings(self.opts, M.payload_min)) do argv[#argv + 1] = arg end
+  if self.packages then table.move(venv.driver_args(self.packages), 1, 2, #argv + 1, argv) end
   local o = self:spawn_options(argv)
   o.pass[FD.driver] = code
   o.stdin, o.stdout, o.stderr = "pipe", "pipe", "pipe"

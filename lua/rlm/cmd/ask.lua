@@ -16,7 +16,7 @@ usage: rlm ask "TASK" [--context FILE|-] [--model M] [--sub-model M] [--backend 
                       [--sub-models a,b] [--prices FILE.json] [--limit NAME=VALUE]...
                       [--context-window N] [--history full|compact] [--resume FILE.jsonl]
                       [--cache] [--events FILE|-] [--otel URL] [--tools FILE.lua]
-                      [--quiet]
+                      [--venv DIR] [--quiet]
 
 Runs the RLM loop: the model explores the context in a sandbox by writing Python, until its
 code calls SUBMIT. Prints the answer (or, with --json, every output field and the run's usage).
@@ -27,7 +27,8 @@ Budgets hold for the whole tree of sub-calls and child runs: --max-llm-calls (ca
 for code), --max-tokens, --max-cost (needs a price for every model: rlm.prices, --prices or
 RLM_PRICES), --max-time (a deadline for everything, code included). --sub-models lists the
 models llm_query(model=...) may use (default: the sub-model).
---limit NAME=VALUE sets a resource limit of the sandboxes (as for `rlm exec`).
+--limit NAME=VALUE sets a resource limit of the sandboxes (as for `rlm exec`); --venv DIR gives
+the local sandboxes the Python packages of a virtualenv (or of a folder of packages), read-only.
 History: --context-window N (tokens; default from the model's known window) and
 --history full|compact (compact: older turns are summarised near 0.8 of the window).
 --resume run.jsonl continues a run from its trajectory (the code is run again with the
@@ -49,7 +50,8 @@ local SPEC = {context = "string", model = "string", sub_model = "string", backen
               max_time = "number", max_tokens = "number", quiet = "flag", limit = "assign",
               execute_timeout = "number", llm_call_timeout = "number", sub_models = "list",
               prices = "string", context_window = "number", history = "string",
-              resume = "string", cache = "flag", events = "string", otel = "string", tools = "string"}
+              resume = "string", cache = "flag", events = "string", otel = "string", tools = "string",
+              venv = "string"}
 
 -- The tools a --tools file returns (see rlm.tools).
 local function load_tools(path)
@@ -79,11 +81,28 @@ local function env_backend()
   return b ~= "" and b or nil
 end
 
+-- The context is text for the model to read: a NUL byte in its first 64 KiB means a binary file
+-- (grep's and git's test), refused; text that is not UTF-8 is taken, with a note, since its
+-- bytes reach the code as \udcXX surrogates.
 local function read_context(path)
   if path == nil then return nil end
-  if path == "-" then return io.stdin:read("a") end
-  local data, err = sys.read_file(path)
-  if not data then error("cannot read the context: " .. err, 0) end
+  local data, err
+  if path == "-" then
+    data = io.stdin:read("a")
+  else
+    data, err = sys.read_file(path)
+    if not data then error("cannot read the context: " .. err, 0) end
+  end
+  local name = path == "-" and "stdin" or path
+  local nul = data:sub(1, 65536):find("\0", 1, true)
+  if nul then
+    error(("the context %s is binary (a NUL byte at offset %d): give text, or put the file in "
+      .. "the sandbox from Lua (rlm.run{context_paths = {FILE}})"):format(name, nul - 1), 0)
+  end
+  if not utf8.len(data) then
+    io.stderr:write(("rlm: note: the context %s is not UTF-8; the code sees its other bytes as "
+      .. "\\udcXX characters\n"):format(name))
+  end
   return data
 end
 
@@ -100,6 +119,11 @@ end
 
 function M.main(argv)
   local opts, rest = args.parse(argv, SPEC)
+  local turns = opts.max_iterations
+  if turns and (turns < 1 or turns % 1 ~= 0) then
+    args.fail(("--max-iterations must be a whole number of turns, at least 1 (got %s): a run of "
+      .. "no turns cannot answer"):format(turns))
+  end
   local task = rest[1]
   if (not task and not opts.resume) or #rest > 1 or task == "" then
     return args.usage("ask", "give the task as one argument", M.help)
@@ -115,6 +139,7 @@ function M.main(argv)
     context_window = opts.context_window, history = opts.history, resume = opts.resume,
     cache = opts.cache or nil, events = opts.events and event_writer(opts.events), otel = opts.otel,
     tools = opts.tools and load_tools(opts.tools),
+    venv = opts.venv,
   }
   local answered = res.submitted or res.extracted
   -- with --events -, stdout carries the events only

@@ -7,6 +7,7 @@ local M = {}
 M.help = [[
 usage: rlm exec CODE|- [--backend local|daytona] [--timeout S] [--volume NAME] [--network]
                       [--limit NAME=VALUE]... [--max-output N] [--stdin FILE|-] [--json]
+                      [--venv DIR]
 
 Runs one block of Python in a fresh sandbox (`-` reads the code from stdin). Prints the fields
 the code SUBMITs as one JSON object; without a SUBMIT, prints what the code printed. With --json,
@@ -21,12 +22,15 @@ Output past --max-output characters (default 10000) keeps its head and tail arou
                   comes as an argument)
   --volume NAME   mount the durable volume NAME at /home/daytona/memory
   --network       allow network access (local backend: off by default)
+  --venv DIR      the Python packages of a virtualenv, or of a folder of packages, read-only
+                  (local backend; default RLM_VENV)
   --limit N=V     a resource limit of the sandbox, repeatable: memory, processes, open_files,
                   file_size, tmp, workspace, output, submit (sizes as 512M, 2G; see
                   "Isolation" in the README for the defaults)]]
 
 local SPEC = {backend = "string", timeout = "number", volume = "string", json = "flag",
-              network = "flag", limit = "assign", max_output = "number", stdin = "string"}
+              network = "flag", limit = "assign", max_output = "number", stdin = "string",
+              venv = "string"}
 
 local STDIN_FILE = "/home/daytona/workspace/.rlm/stdin"
 
@@ -53,7 +57,7 @@ function M.main(argv)
     -- --timeout is the code's; the sandbox lives a little longer, so the code gets all of it
     backend = opts.backend, execute_timeout = opts.timeout,
     timeout = opts.timeout and opts.timeout + 60, volume_name = opts.volume,
-    network = opts.network or nil, limits = opts.limit,
+    network = opts.network or nil, limits = opts.limit, venv = opts.venv,
     max_output_chars = opts.max_output and math.tointeger(opts.max_output) or nil,
   }
   if data then

@@ -42,7 +42,19 @@ function M.main(argv)
       return args.usage("skill new", "give the new skill's NAME")
     end
     local folder = skills.new(argv[2])
-    print(("wrote %s; run it with `rlm skill %s`"):format(folder, argv[2]))
+    -- outside the default folder, it is found only while RLM_SKILLS_PATH names its folder
+    local dir = folder:match("^(.*)/[^/]*$")
+    if dir == skills.default_dir() then
+      print(("wrote %s; run it with `rlm skill %s`"):format(folder, argv[2]))
+    else
+      print(("wrote %s; run it with `RLM_SKILLS_PATH=%s rlm skill %s` (or export RLM_SKILLS_PATH)")
+        :format(folder, dir, argv[2]))
+    end
+    return 0
+  end
+  if (argv[2] == "--help" or argv[2] == "-h") and skills.find(sub) then
+    print(("usage: rlm skill %s [--backend local|daytona] [ARGS...]\n"):format(sub))
+    io.write(skills.find(sub).md)
     return 0
   end
   local opts, rest = args.parse(table.move(argv, 2, #argv, 1, {}), {backend = "string"})

@@ -186,11 +186,12 @@ end
 local function index(records)
   local runs, order = {}, {}
   for _, r in ipairs(records) do
-    local run = runs[r.run]
+    local id = r.run or ""   -- a record of no run (a file written by hand) joins one of its own
+    local run = runs[id]
     if not run then
       run = {id = r.run, depth = r.depth or 0, parent = r.parent, steps = {}, subcalls = {},
              compactions = {}, warnings = {}}
-      runs[r.run] = run
+      runs[id] = run
       order[#order + 1] = run
     end
     if r.type == "start" then run.start = r
@@ -366,9 +367,61 @@ local function show(r)
   end
 end
 
+-- The text view in the order of the run, not of the file: a turn's sub-calls, compaction and
+-- child runs are written before the turn's own record (which waits for its code to end), so
+-- they wait here for it and print under it. Returns add(record), which prints what can be
+-- printed, and finish(), which prints what still waits (a run cut short).
+local function text_view()
+  local pending, last_turn = {}, {}   -- by depth: lines waiting for a step, the last step's turn
+  local function place(lines, depth)  -- lines belonging to depth: under the parent's turn
+    if depth <= 0 then
+      for _, line in ipairs(lines) do print(line) end
+      io.stdout:flush()
+      return
+    end
+    local up = pending[depth - 1] or {}
+    pending[depth - 1] = up
+    table.move(lines, 1, #lines, #up + 1, up)
+  end
+  local function take(depth)
+    local lines = pending[depth] or {}
+    pending[depth] = nil
+    return lines
+  end
+  local function add(r)
+    local text = show(r)
+    if not text then return end
+    local depth = r.depth or 0
+    if r.type == "step" then
+      last_turn[depth] = r.turn
+      local lines = take(depth)
+      table.insert(lines, 1, text)
+      place(lines, depth)
+    elseif r.type == "final" then
+      last_turn[depth] = nil          -- another run may follow at this depth
+      local lines = take(depth)
+      lines[#lines + 1] = text
+      place(lines, depth)
+    elseif last_turn[depth] and r.turn and r.turn <= last_turn[depth] then
+      place({text}, depth)            -- after its turn's record (a budget warning)
+    else
+      local lines = pending[depth] or {}
+      pending[depth] = lines
+      lines[#lines + 1] = text
+    end
+  end
+  local function finish()
+    local deepest = -1
+    for d in pairs(pending) do deepest = math.max(deepest, d) end
+    for d = deepest, 0, -1 do place(take(d), d) end
+  end
+  return add, finish
+end
+
 -- Prints each record as the run appends it, until the root run's final record.
 local function follow(path)
   local pos, partial = 0, ""
+  local add = text_view()
   while true do
     local f = io.open(path, "rb")
     if f then
@@ -380,8 +433,7 @@ local function follow(path)
       for line in partial:gmatch("([^\n]*)\n") do
         local r = json.decode(line)
         if type(r) == "table" then
-          local text = show(r)
-          if text then print(text) io.stdout:flush() end
+          add(r)
           if r.type == "final" and (r.depth or 0) == 0 then return 0 end
         end
       end
@@ -429,14 +481,21 @@ function M.main(argv)
   local records, err = trace.read(rest[1])
   if not records then error("cannot read the trajectory: " .. err, 0) end
   if records[1] and records[1].type == "metadata" then records = M.from_reference(records) end
+  local known = 0
+  for _, r in ipairs(records) do
+    if type(r) == "table" and (r.type == "start" or show(r)) then known = known + 1 end
+  end
+  if known == 0 then
+    error(("%s is not a trajectory: %s"):format(rest[1], #records == 0 and "it holds no records"
+      or "none of its lines is a record of a run (write one with rlm ask --trace FILE.jsonl)"), 0)
+  end
   if opts.html then
     assert(sys.write_file(opts.html, M.html(records)))
     io.stderr:write(("wrote %s (%d records)\n"):format(opts.html, #records))
   else
-    for _, r in ipairs(records) do
-      local text = show(r)
-      if text then print(text) end
-    end
+    local add, finish = text_view()
+    for _, r in ipairs(records) do add(r) end
+    finish()
   end
   return 0
 end

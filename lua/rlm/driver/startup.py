@@ -2,7 +2,8 @@
 # Start-up (lua/rlm/driver/startup.py): the command line, the --serve client and waiter, site
 # when an import needs it, and main.
 
-USAGE = ("usage: driver.py ([--stdio] [--capture-dir DIR] | --serve PATH) [--max-output-chars N] "
+USAGE = ("usage: driver.py ([--stdio] [--capture-dir DIR] | --serve PATH) [--site-dir DIR] "
+         "[--max-output-chars N] "
          "[--max-submit-bytes B] [--payload-min N] | "
          "--client PATH (--request-file FILE | --request-b64 B64) [--request-id ID] | "
          "--wait-ready PREFIX [--timeout S]")
@@ -18,7 +19,7 @@ def parse_args(argv):
         if arg == "--stdio":
             continue
         if arg not in ("--serve", "--client", "--request-file", "--request-b64", "--request-id",
-                       "--capture-dir", "--wait-ready", "--timeout") and arg not in SETTINGS:
+                       "--capture-dir", "--wait-ready", "--timeout", "--site-dir") and arg not in SETTINGS:
             raise ValueError(f"unknown argument {arg!r}")
         value = next(args, None)
         if value is None:
@@ -106,6 +107,7 @@ class SiteOnDemand:
 
     lock = _thread.RLock()   # re-entered by the imports site itself makes
     state = None             # None, "running", then the folders site added
+    site_dirs = ()           # the user's folders of packages (--site-dir), after the system's
 
     @classmethod
     def run_site(cls):
@@ -121,6 +123,8 @@ class SiteOnDemand:
                 try:
                     import site
                     site.main()
+                    for d in cls.site_dirs:
+                        site.addsitedir(d)
                 finally:
                     added = [p for p in sys.path if p not in before]
                     sys.path[:] = before + added
@@ -199,8 +203,14 @@ def main(argv):
             sys.stderr.write("rlm driver: --timeout needs a number of seconds\n")
             return 2
         return wait_ready(opts["--wait-ready"], timeout)
+    if "--site-dir" in opts:
+        SiteOnDemand.site_dirs = (opts["--site-dir"],)
     if sys.flags.no_site:
         defer_site()
+    else:
+        import site
+        for d in SiteOnDemand.site_dirs:
+            site.addsitedir(d)
     real_err = moved_high(posix.dup(2))
     real_out = moved_high(posix.dup(1))
     if "--serve" in opts:

@@ -72,11 +72,17 @@ function M.serve(server)
   local session = server:session()
   local reader <close> = stdio.reader(0)
   local ok, err = pcall(function()
+    local any = false
     while true do
       local line = reader:line()
       if line then
+        any = any or line:match("%S") ~= nil
         if line:match("%S") then dispatch(session, line) end
       elseif reader:eof() then
+        if not any then
+          io.stderr:write("rlm mcp: stdin ended before any message (an MCP client starts ",
+                          "`rlm mcp` and speaks JSON-RPC, one message a line, on its stdin)\n")
+        end
         break
       else
         async.await(reader:id())

@@ -412,6 +412,10 @@ local function integer(description, minimum, maximum)
 end
 
 local CODE_TIMEOUT = number("seconds before the code is stopped (default 300)", 0.1)
+-- What the sandbox's Python has: code written for it reaches for numpy and pandas first.
+local PACKAGES = " Python's standard library is there; other packages (numpy, pandas, ...) only " ..
+  "when installed for the sandbox's Python (Debian's python3-* packages, or RLM_VENV): check " ..
+  "with importlib.util.find_spec before relying on one."
 
 -- ---------------------------------------------------------------- files in parts
 
@@ -560,7 +564,7 @@ M.definitions = {
   {
     name = "sandbox_exec", title = "Run Python once",
     description = "Run a block of Python in a fresh, isolated sandbox and return its output. " ..
-      "Nothing is kept between calls (use sandbox_exec_stateful for that).",
+      "Nothing is kept between calls (use sandbox_exec_stateful for that)." .. PACKAGES,
     inputSchema = object({code = str("Python source to run"), timeout = CODE_TIMEOUT}, {"code"}),
     outputSchema = RUN_OUTPUT,
     annotations = {readOnlyHint = false, destructiveHint = false, idempotentHint = true,
@@ -575,7 +579,7 @@ M.definitions = {
     name = "sandbox_exec_stateful", title = "Run Python in the session's sandbox",
     description = "Run Python in this session's persistent sandbox: variables, imports and " ..
       "files stay between calls. `reset` clears the variables first (files stay). Cancelling " ..
-      "a call ends the sandbox; the next call starts a fresh one.",
+      "a call ends the sandbox; the next call starts a fresh one." .. PACKAGES,
     inputSchema = in_workspace(object({
       code = str("Python source to run"),
       reset = {type = "boolean", description = "clear the Python state before running"},

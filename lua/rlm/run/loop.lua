@@ -335,9 +335,10 @@ local function require_prices(self)
   for label in pairs(self.sub_models) do labels[label] = true end
   for label in pairs(labels) do
     if not self:price(label) then
-      error(("max_cost needs a price for %s: give one with prices = {[%q] = {input = USD, output "
-        .. "= USD}} (per million tokens), or a prices file (prices_file, RLM_PRICES)"):format(
-        label, label), 0)
+      error(("max_cost needs a price for %s: give a prices file, {%q: {\"input\": USD, "
+        .. "\"output\": USD}} per million tokens, with --prices FILE.json or RLM_PRICES (from Lua: "
+        .. "prices = {[%q] = {input = USD, output = USD}} or prices_file)"):format(
+        label, label, label), 0)
     end
   end
 end
@@ -349,11 +350,16 @@ function M.new_run(opts)
   for k, v in pairs(opts.prompts or {}) do prompts[k] = v end
   local model = opts.model or sys.getenv("RLM_MODEL")
   if not model then
-    error("no model: pass model = \"provider/name\" or set RLM_MODEL (e.g. openai/gpt-4o)", 0)
+    error("no model: give --model provider/name (model = \"provider/name\" from Lua) or set "
+      .. "RLM_MODEL (e.g. openai/gpt-4o)", 0)
   end
-  -- A missing key must fail here, before any sandbox exists, not at the first turn.
-  local ok, err = pcall(llm.check, model)
-  if ok and opts.sub_model then ok, err = pcall(llm.check, opts.sub_model) end
+  -- A missing key must fail here, before any sandbox exists, not at the first turn; a replay
+  -- (rlm replay) calls no model and needs none.
+  local ok, err = true, nil
+  if not (opts._replay and opts._replay.only) then
+    ok, err = pcall(llm.check, model)
+    if ok and opts.sub_model then ok, err = pcall(llm.check, opts.sub_model) end
+  end
   if not ok then error(tostring(err):gsub("^[^:]*:%d+: ", ""), 0) end
   local self = setmetatable({
     opts = opts, task = opts.task, context = opts.context,

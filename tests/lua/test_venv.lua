@@ -1,0 +1,129 @@
+--- A user's Python packages in the local sandbox: a virtualenv (its own python, or named by the
+-- venv option, RLM_VENV or --venv) or a folder of packages, bound read-only. tests/isolation/run
+-- runs this file as root and again as uid 65534.
+local T = require "support"
+local sys = require "rlm.sys"
+local json = require "rlm.json"
+local rlm = require "rlm"
+
+local tests = {}
+local ROOT = sys.getuid() == 0
+local SANDBOX_UID = 65534
+
+local function interp(opts)
+  local i = rlm.interpreter(opts)
+  T.defer(function() i:shutdown() end)
+  return i
+end
+
+-- A virtualenv made as a user makes one, with a package written here in its site-packages,
+-- owned by the sandbox's uid when rlm runs as root: read-only must come from the mount, not
+-- from the files' owner.
+local function make_venv()
+  local dir = T.tmpdir()
+  local venv = dir .. "/venv"
+  local r = assert(sys.run({"/usr/bin/python3", "-m", "venv", "--without-pip", venv}, {timeout = 120}))
+  T.eq(r.code, 0, r.stderr)
+  local site = assert(sys.run({venv .. "/bin/python", "-c",
+                               "import sysconfig; print(sysconfig.get_paths()['purelib'])"})).stdout:gsub("\n$", "")
+  T.truthy(site:find(venv, 1, true) == 1, "site-packages outside the venv: " .. site)
+  assert(sys.mkdir_p(site .. "/tinypkg"))
+  assert(sys.write_file(site .. "/tinypkg/__init__.py", "def double(x):\n    return 2 * x\n"))
+  if ROOT then
+    r = assert(sys.run({"chown", "-R", SANDBOX_UID .. ":" .. SANDBOX_UID, venv}))
+    T.eq(r.code, 0, r.stderr)
+  end
+  return venv, site
+end
+
+-- Code that imports the package and tries to change the virtualenv three ways.
+local PROBE = [[
+import json, os, sys, tinypkg
+tries = {}
+for name, act in (("write", lambda: open(tinypkg.__file__, "a")),
+                  ("create", lambda: open(os.path.join(os.path.dirname(tinypkg.__file__), "new.py"), "w")),
+                  ("remove", lambda: os.unlink(tinypkg.__file__))):
+    try:
+        act()
+        tries[name] = "done"
+    except OSError as e:
+        tries[name] = e.errno
+print(json.dumps({"double": tinypkg.double(21), "prefix": sys.prefix, "tries": tries}))
+]]
+
+local EROFS = 30
+
+local function check_probe(i, venv, site)
+  local out, run = i:execute(PROBE)
+  T.eq(run.error, nil, tostring(run.traceback))
+  local got = json.decode(run.stdout)
+  T.eq(got.double, 42)
+  T.eq(got.tries, {write = EROFS, create = EROFS, remove = EROFS})
+  T.truthy(sys.stat(site .. "/tinypkg/__init__.py"), "the package was removed on the host")
+  T.eq(sys.stat(site .. "/tinypkg/new.py"), nil)
+  return got, out
+end
+
+tests["sandbox code imports a virtualenv's package, which stays read-only"] = function()
+  local venv, site = make_venv()
+  local got = check_probe(interp{backend = "local", venv = venv}, venv, site)
+  T.eq(got.prefix, venv)
+end
+
+tests["a virtualenv's python as RLM_PYTHON brings its virtualenv"] = function()
+  local venv, site = make_venv()
+  local got = check_probe(interp{backend = "local", python = venv .. "/bin/python"}, venv, site)
+  T.eq(got.prefix, venv)
+end
+
+tests["a folder of packages is added after the system's, read-only"] = function()
+  local _, site = make_venv()
+  local i = interp{backend = "local", venv = site}
+  local got = check_probe(i, site, site)
+  T.eq(got.prefix, "/usr")
+  -- after the standard library: a json.py there does not replace the real one
+  local _, run = i:execute("import sys\nprint(sys.path.index('" .. site .. "') > 0)")
+  T.eq(run.stdout, "True\n", run.stderr)
+end
+
+tests["RLM_VENV and --venv reach rlm exec; an unusable folder is refused in one line"] = function()
+  local venv = make_venv()
+  local code = "import tinypkg; SUBMIT(answer=tinypkg.double(4))"
+  local env = {PATH = "/usr/bin:/bin", HOME = sys.getenv("HOME") or "/", TMPDIR = sys.getenv("TMPDIR"),
+               RLM_VENV = venv}
+  local r = T.run_rlm({"exec", code}, {env = env})
+  T.eq(r.code, 0, r.stderr)
+  T.eq(r.stdout, '{"answer":8}\n')
+  env.RLM_VENV = nil
+  r = T.run_rlm({"exec", "--venv", venv, code}, {env = env})
+  T.eq(r.code, 0, r.stderr)
+  T.eq(r.stdout, '{"answer":8}\n')
+  r = T.run_rlm({"exec", "--venv", venv .. "-missing", code}, {env = env})
+  T.eq(r.code, 1)
+  T.eq(r.stderr, "rlm: venv " .. venv .. "-missing cannot be used: no such folder\n")
+  T.eq(r.stdout, "")
+end
+
+tests["a virtualenv whose python is not under /usr is refused, saying how to make one"] = function()
+  local dir = T.tmpdir()
+  assert(sys.mkdir_p(dir .. "/venv/bin"))
+  assert(sys.write_file(dir .. "/venv/pyvenv.cfg", "home = /opt/python/bin\n"))
+  assert(sys.write_file(dir .. "/venv/bin/python3", "#!/bin/sh\n"))
+  assert(sys.chmod(dir .. "/venv/bin/python3", tonumber("755", 8)))
+  local err = T.raises(function() interp{backend = "local", venv = dir .. "/venv"} end, "cannot be used")
+  T.contains(err, "outside /usr")
+  T.contains(err, "/usr/bin/python3 -m venv")
+end
+
+if ROOT then
+  tests["a virtualenv the sandbox's uid cannot reach is refused, saying which folder"] = function()
+    local dir = T.tmpdir()
+    assert(sys.mkdir_p(dir .. "/closed/venv"))
+    assert(sys.chmod(dir .. "/closed", tonumber("700", 8)))
+    local err = T.raises(function() interp{backend = "local", venv = dir .. "/closed/venv"} end,
+                         "cannot be used")
+    T.contains(err, dir .. "/closed lets only its owner through")
+  end
+end
+
+return tests
