@@ -47,7 +47,7 @@ function M.run(opts)
   local made, interp = pcall(require("rlm.interpreter").new, loop.interpreter_options(self, opts))
   if not made then error((tostring(interp):gsub("^[^:\n]+%.lua:%d+: ", "")), 2) end
   local owns_trace = opts._trace == nil
-  local chars = select(2, common.describe(self.context))
+  local chars = select(2, self:described())
   if not opts._replay or not opts._append then
     -- A small context is kept in the record, so `rlm replay` and `--resume` need nothing else.
     self:record{type = "start", task = self.task, model = self.model, sub_model = self.sub_model,
