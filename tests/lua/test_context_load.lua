@@ -101,4 +101,27 @@ tests["a sandbox that cannot start ends the run as a sandbox_error with its reas
   T.truthy(calls <= 1)
 end
 
+-- The driver's peak resident memory (VmHWM) in kB, read by the code in the sandbox, beside the
+-- context's length.
+local PEAK_CODE = [[
+peak = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
+SUBMIT(answer=f"{peak} {len(context)}")]]
+
+tests["the driver holds a long context once: its peak stays under 1.5x the text"] = function()
+  local url = T.serve(function(req)
+    req:respond(200, {["Content-Type"] = "application/json"},
+      completion("```repl\n" .. PEAK_CODE .. "\n```"))
+  end)
+  openai_at(url)
+  local MB = 1024 * 1024
+  local context = (("0123456789abcdef"):rep(4) .. "\n"):rep(64 * MB // 65)
+  local res = rlm.run{task = "peak", context = context, model = "openai/m", max_iterations = 2}
+  T.eq(res.reason, "submitted", tostring(res.detail))
+  local peak_kb, chars = res.answer:match("^(%d+) (%d+)$")
+  T.eq(tonumber(chars), #context)
+  local ratio = tonumber(peak_kb) * 1024 / #context
+  -- read().decode() held the bytes and the text together: 2x and the interpreter's own
+  T.truthy(ratio >= 1 and ratio < 1.5, ("driver peak %.2fx the context"):format(ratio))
+end
+
 return tests

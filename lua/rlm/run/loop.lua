@@ -33,7 +33,8 @@ local NOT_PASSED = {on_call = true, model = true, sub_model = true, max_llm_call
 local run_counter = 0
 
 -- Puts `context` into the sandbox: small values as an injected variable, large ones as a file
--- read there, so 100 MB never travel inside a JSON request or a prompt.
+-- read there, so 100 MB never travel inside a JSON request or a prompt. The driver reads text
+-- into a str of its final length (read_text), holding no second copy as bytes.
 local function load_context(interp, context, inline_limit)
   if context == nil then
     return interp:execute("context = None")
@@ -48,7 +49,7 @@ local function load_context(interp, context, inline_limit)
   local ok, err = interp:upload(path, data)
   if not ok then error("cannot put the context into the sandbox: " .. err, 0) end
   local code = is_text
-    and ("with open(%q, 'rb') as _f:\n    context = _f.read().decode('utf-8', 'surrogateescape')\ndel _f"):format(path)
+    and ("context = __rlm_read_text__(%q)"):format(path)
     or ("import json as _json\nwith open(%q) as _f:\n    context = _json.load(_f)\ndel _f, _json"):format(path)
   local _, r = interp:execute(code)
   if r.error then error("could not load the context into the sandbox: " .. r.error, 0) end
