@@ -21,16 +21,27 @@ class InFlight:
             self.expired = False
             self.cond.notify_all()
 
-    def __enter__(self):
+    def admit(self, most=0):
+        """Counts a request in, as `with` does, unless `most` (0: no limit) are in flight
+        already: then False, and nothing is counted."""
         with self.cond:
+            if most and self.now >= most:
+                return False
             self.now += 1
             self.peak = max(self.peak, self.now)
             self.cond.notify_all()
+        return True
+
+    def leave(self):
+        with self.cond:
+            self.now -= 1
+
+    def __enter__(self):
+        self.admit()
         return self
 
     def __exit__(self, *exc):
-        with self.cond:
-            self.now -= 1
+        self.leave()
 
     def wait_for(self, n):
         with self.cond:
