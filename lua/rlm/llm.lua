@@ -25,7 +25,9 @@
 local core = require "rlm.core.llm"
 local async = require "rlm.async"
 local budget = require "rlm.budget"
+local pacer_of = require("rlm.pacer").of
 local secrets = require "rlm.secrets"
+local sys = require "rlm.sys"
 
 local M = {}
 
@@ -277,12 +279,10 @@ end
 -- After SIGINT/SIGTERM C starts no call, and the batch raises the interrupt.
 local function run_tasks(creqs, concurrency)
   local results, errs, live = {}, {}, {}
-  local ok, slots = pcall(async.map, creqs, function(p, n)
+  -- One attempt of request p: its result, or nil, err.
+  local function attempt(p, n)
     local started, call = pcall(core.start, p)
-    if not started then
-      errs[n] = unsent(call)
-      return
-    end
+    if not started then return nil, unsent(call) end
     local _ <close> = call
     live[n] = call
     local id, on_delta = call:id(), p.on_delta
@@ -293,7 +293,27 @@ local function run_tasks(creqs, concurrency)
     until call:done()
     async.forget(id)
     live[n] = nil
-    results[n], errs[n] = call:result()
+    return call:result()
+  end
+  local ok, slots = pcall(async.map, creqs, function(p, n)
+    -- A 429 comes back here rather than being retried in C: the provider's width narrows and
+    -- the call goes again after the wait asked for, within its own deadline.
+    local pacer, deadline, tries = pacer_of(p.name), sys.now() + p.timeout, 0
+    p.hand_back_429 = 1
+    while true do
+      pacer:acquire()
+      local res, err = attempt(p, n)
+      local throttled = err and err.status == 429
+      pacer:release(throttled)
+      tries = tries + 1
+      local wait = throttled and (err.retry_after or p.backoff * 2 ^ math.min(tries - 1, 5))
+      if not throttled or sys.now() + wait >= deadline then
+        results[n], errs[n] = res, err
+        return
+      end
+      async.sleep(wait)
+      p.timeout = deadline - sys.now()
+    end
   end, concurrency)
   for _, call in pairs(live) do call:cancel() end
   if not ok then return results, errs, slots end
