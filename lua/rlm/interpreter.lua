@@ -117,7 +117,8 @@ local BACKSTOP = 1.0
 local START_TIMEOUT = 30
 
 local NO_HANDLER = "llm_query is not available: no model configured"
-local CALL_KINDS = {llm_query = true, llm_query_batched = true, rlm_query = true, budget = true}
+local CALL_KINDS = {llm_query = true, llm_query_batched = true, rlm_query = true, budget = true,
+                    llm_query_batched_start = true, llm_query_batched_next = true}
 
 local Interp = {}
 Interp.__index = Interp

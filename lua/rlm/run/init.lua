@@ -13,6 +13,7 @@ local loop = require "rlm.run.loop"
 local resume = require "rlm.run.resume"
 local trace = require "rlm.trace"
 require "rlm.run.history"
+require "rlm.run.batches"
 
 local M = {}
 
