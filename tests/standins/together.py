@@ -2,6 +2,7 @@
 each one until a number of them are in flight together. A test that asserts the peak, instead of
 how long a batch took, holds however slow or loaded the machine is."""
 import threading
+import time
 
 
 class InFlight:
@@ -18,6 +19,7 @@ class InFlight:
     def reset(self):
         with self.cond:
             self.now = self.peak = 0
+            self.busy, self.busy_since = 0.0, None   # seconds with a request in flight
             self.expired = False
             self.cond.notify_all()
 
@@ -29,12 +31,22 @@ class InFlight:
                 return False
             self.now += 1
             self.peak = max(self.peak, self.now)
+            if self.now == 1:
+                self.busy_since = time.monotonic()
             self.cond.notify_all()
         return True
 
     def leave(self):
         with self.cond:
             self.now -= 1
+            if self.now == 0:
+                self.busy += time.monotonic() - self.busy_since
+
+    def busy_seconds(self):
+        """Seconds during which at least one request was in flight."""
+        with self.cond:
+            ongoing = time.monotonic() - self.busy_since if self.now else 0
+            return self.busy + ongoing
 
     def __enter__(self):
         self.admit()
