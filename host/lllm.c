@@ -4,7 +4,9 @@
  *
  *   start{wire = "openai"|"anthropic", url=, key=, model=, messages= (or prompt=, one user
  *         message), system=, temperature=, max_tokens=, max_tokens_field=, stop=, stream=,
- *         extra=, headers=, timeout=, retries=, backoff=, name=} -> call
+ *         extra=, headers=, timeout=, retries=, backoff=, hand_back_429=, name=} -> call
+ *         hand_back_429 = 1: a 429 is the call's result at once (err.retry_after says the
+ *         server's wait), for a caller that paces its calls itself
  *   call:id()           op id, ready when the call has finished and whenever new stream events
  *                       arrive
  *   call:done()         true once finished (after any retries)
@@ -580,6 +582,7 @@ static void call_begin(lua_State *L, struct call *k, int req)
         .deadline_ms = loop_now_ms() + k->timeout_s * 1e3,
         /* A completion changes nothing on the server: repeating one only costs its tokens. */
         .replayable = 1,
+        .hand_back_429 = field_number(L, req, "hand_back_429", 0) != 0,
         .on_attempt = reset_response,
         .done = request_done,
         .ud = k,

@@ -44,7 +44,9 @@ int request_retryable(const struct request *r)
         return broken_transfer(c->result) && r->spec.replayable;
     }
     long s = c->status;
-    if (s == 429 || (s == r->spec.also_retry_status && s > 0))
+    if (s == 429)
+        return !r->spec.hand_back_429;
+    if (s == r->spec.also_retry_status && s > 0)
         return 1;
     /* A gateway's 5xx says nothing of whether the request ran: only a replayable one goes
      * again (a second create would make a second sandbox). 501 will not change. */

@@ -7,7 +7,7 @@
  *   - never after answer bytes were handed on to the caller (request_mark_delivered): a
  *     repeat would deliver them twice;
  *   - a connection that could not be made, and 429 (the server did not run the request):
- *     always;
+ *     always, unless hand_back_429 gives the 429 to the caller;
  *   - 408 and 5xx but 501, a timeout or a broken transfer: only when the request is replayable
  *     (an idempotent method, an Idempotency-Key, or a binding that says repeating is safe):
  *     a request that may have reached the server is never sent twice, and one that is not
@@ -38,6 +38,8 @@ struct request_spec {
     long attempt_timeout_ms;       /* 0 = up to the deadline */
     int replayable;                /* repeating it is safe whatever the method and headers */
     long also_retry_status;        /* 0 = none */
+    int hand_back_429;             /* a 429 ends the request at once: the caller paces its
+                                      calls itself (a batch that narrows its width) */
     http_chunk_fn on_chunk;        /* NULL keeps the body in the call */
     request_attempt_fn on_attempt;
     request_done_fn done;

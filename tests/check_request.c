@@ -198,6 +198,26 @@ START_TEST(retry_after_is_waited_even_for_a_post)
 }
 END_TEST
 
+START_TEST(a_429_handed_back_ends_the_request_at_once_with_its_wait)
+{
+    static char url[160];
+    snprintf(url, sizeof url, "%s/status/429", base);   /* Retry-After: 1 */
+    struct request_spec spec = {
+        .http = {.method = "POST", .url = url, .body = "x", .body_len = 1},
+        .max_attempts = 5, .backoff_base_ms = 10, .backoff_cap_ms = 50,
+        .deadline_ms = loop_now_ms() + 10e3, .hand_back_429 = 1, .done = count_done,
+    };
+    struct request *r = request_start(lp, &spec);
+    ck_assert_ptr_nonnull(r);
+    wait_request(r, 10);
+    ck_assert_int_eq(r->attempts, 1);
+    ck_assert_int_eq(r->call->status, 429);
+    ck_assert_double_eq(r->retry_after, 1);
+    ck_assert_int_eq(served(), 1);
+    request_free(r);
+}
+END_TEST
+
 START_TEST(a_wait_past_the_deadline_ends_the_request_at_once)
 {
     double t0 = loop_now_ms();
@@ -272,6 +292,7 @@ Suite *make_request_suite(void)
     tcase_add_test(tc, a_post_whose_answer_was_cut_is_not_sent_again);
     tcase_add_test(tc, a_post_that_got_no_byte_back_is_not_sent_again);
     tcase_add_test(tc, a_put_that_got_no_byte_back_is_sent_again);
+    tcase_add_test(tc, a_429_handed_back_ends_the_request_at_once_with_its_wait);
     tcase_add_test(tc, a_cut_post_with_an_idempotency_key_is_sent_again);
     tcase_add_test(tc, a_cut_get_is_sent_again_but_a_post_5xx_is_not);
     tcase_add_test(tc, a_refused_connection_is_retried_whatever_the_method);

@@ -118,7 +118,7 @@ local START_TIMEOUT = 30
 
 local NO_HANDLER = "llm_query is not available: no model configured"
 local CALL_KINDS = {llm_query = true, llm_query_batched = true, rlm_query = true, budget = true,
-                    tool = true}
+                    tool = true, llm_query_batched_start = true, llm_query_batched_next = true}
 
 local Interp = {}
 Interp.__index = Interp

@@ -25,7 +25,9 @@
 local core = require "rlm.core.llm"
 local async = require "rlm.async"
 local budget = require "rlm.budget"
+local pacer_of = require("rlm.pacer").of
 local secrets = require "rlm.secrets"
+local sys = require "rlm.sys"
 
 local M = {}
 
@@ -288,14 +290,12 @@ end
 -- then are in the two lists, and the calls still running are cancelled. A request C refuses
 -- fails its slot (kind "misuse"); what on_delta raised is that request's error (kind "lua").
 -- After SIGINT/SIGTERM C starts no call, and the batch raises the interrupt.
-local function run_tasks(creqs, concurrency)
+local function run_tasks(creqs, concurrency, on_result)
   local results, errs, live = {}, {}, {}
-  local ok, slots = pcall(async.map, creqs, function(p, n)
+  -- One attempt of request p: its result, or nil, err.
+  local function attempt(p, n)
     local started, call = pcall(core.start, p)
-    if not started then
-      errs[n] = unsent(call)
-      return
-    end
+    if not started then return nil, unsent(call) end
     local _ <close> = call
     live[n] = call
     local id, on_delta = call:id(), p.on_delta
@@ -306,7 +306,28 @@ local function run_tasks(creqs, concurrency)
     until call:done()
     async.forget(id)
     live[n] = nil
-    results[n], errs[n] = call:result()
+    return call:result()
+  end
+  local ok, slots = pcall(async.map, creqs, function(p, n)
+    -- A 429 comes back here rather than being retried in C: the provider's width narrows and
+    -- the call goes again after the wait asked for, within its own deadline.
+    local pacer, deadline, tries = pacer_of(p.name), sys.now() + p.timeout, 0
+    p.hand_back_429 = 1
+    while true do
+      pacer:acquire()
+      local res, err = attempt(p, n)
+      local throttled = err and err.status == 429
+      pacer:release(throttled)
+      tries = tries + 1
+      local wait = throttled and (err.retry_after or p.backoff * 2 ^ math.min(tries - 1, 5))
+      if not throttled or sys.now() + wait >= deadline then
+        results[n], errs[n] = res, err
+        if on_result then on_result(n, res, err) end
+        return
+      end
+      async.sleep(wait)
+      p.timeout = deadline - sys.now()
+    end
   end, concurrency)
   for _, call in pairs(live) do call:cancel() end
   if not ok then return results, errs, slots end
@@ -343,8 +364,10 @@ end
 -- Runs the prepared requests creqs and puts each result, or failed item, into out at its
 -- slot; the usage is counted once per label. When the batch is stopped (an interrupt), the
 -- calls that finished are counted and it raises again.
-local function run_prepared(creqs, slots, out, concurrency)
-  local results, errs, raised = run_tasks(creqs, concurrency)
+local function run_prepared(creqs, slots, out, concurrency, on_result)
+  local results, errs, raised = run_tasks(creqs, concurrency, on_result and function(n, res, err)
+    on_result(slots[n], res or async.failure(err))
+  end)
   local prices, sums = {}, {}   -- by label, each looked up or made once (price false: none)
   for n, i in ipairs(slots) do
     local creq, res, err = creqs[n], results[n], errs[n]
@@ -388,8 +411,10 @@ end
 --- The same request once for each prompt, as one batch (what a sandbox's llm_query_batched
 -- sends): req as complete takes it, its prompt or messages left out, with prompts[i] as call
 -- i's prompt and, when opts.max_tokens (a list) has an entry, opts.max_tokens[i] as its output
--- cap. opts.concurrency as for batch. Returns what batch returns; a req that cannot be sent
--- fails every slot (kind "misuse"). Cheaper than batch: one request is prepared, not one each.
+-- cap. opts.concurrency as for batch; opts.on_result(i, result) is called as each call ends (a
+-- result or a failed item, as in the list returned; it must not raise). Returns what batch
+-- returns; a req that cannot be sent fails every slot (kind "misuse"). Cheaper than batch: one
+-- request is prepared, not one each.
 function M.batch_prompts(req, prompts, opts)
   if type(prompts) ~= "table" then error("llm.batch_prompts takes a list of prompts", 2) end
   local concurrency = batch_concurrency(opts, 2)
@@ -404,7 +429,7 @@ function M.batch_prompts(req, prompts, opts)
   for i, prompt in ipairs(prompts) do
     creqs[i], slots[i] = setmetatable({prompt = prompt, max_tokens = caps and caps[i]}, shared), i
   end
-  return run_prepared(creqs, slots, out, concurrency)
+  return run_prepared(creqs, slots, out, concurrency, opts and opts.on_result)
 end
 
 return M

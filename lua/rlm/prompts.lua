@@ -27,6 +27,9 @@ In the REPL you have:
   URLs, for a model that reads images). Use it for meaning, never for counting.
 - llm_query_batched(prompts, model=None) -> list[str]: many llm_query calls at once, results in
   the same order. Far faster than calling llm_query in a loop.
+- llm_query_batched_iter(prompts, model=None): the same batch, yielding (index, answer) as each
+  answer arrives: `for i, answer in llm_query_batched_iter(prompts):` works on the first
+  answers while the rest are still coming.
 - rlm_query(task, context) -> str: give a sub-task and its own input to a helper that works the
   way you do, in its own REPL.
 - budget() -> dict: what remains to spend (calls, tokens, cost, seconds, depth; None means no

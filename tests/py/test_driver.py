@@ -274,6 +274,32 @@ class TestBasics(DriverTest):
         self.assertEqual(waiting.proc.wait(WAIT), 0)
 
 
+class TestReadText(DriverTest):
+    """__rlm_read_text__, the host's load of a long context: the str read() and decode give,
+    built in place a chunk (1 MB) at a time."""
+
+    def test_same_str_as_decode_for_every_width_and_bad_bytes(self):
+        cases = {"ascii": b"abc\n" * 700000, "latin": ("x\xe9" * 800000).encode(),
+                 "bmp": ("ab\u20ac" * 600000).encode(), "astral": ("\U0001F600a" * 400000).encode(),
+                 "bad": b"ab\xff\xc3" * 500000 + b"\xe2\x82", "empty": b"", "small": "h\xe9".encode(),
+                 "split": b"a" * ((1 << 20) - 1) + "\u20ac".encode() + b"z" * 10,
+                 "late_wide": b"a" * (3 << 20) + "\U0001F600".encode()}
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, data in cases.items():
+                path = os.path.join(tmp, name)
+                with open(path, "wb") as f:
+                    f.write(data)
+                ev = self.run_ok(
+                    f"got = __rlm_read_text__({path!r})\n"
+                    f"want = open({path!r}, 'rb').read().decode('utf-8', 'surrogateescape')\n"
+                    "import sys\n"
+                    "print(got == want, hash(got) == hash(want), len(got) == len(want),\n"
+                    "      sys.getsizeof(got) == sys.getsizeof(want), got[-3:] + 'q' == want[-3:] + 'q',\n"
+                    "      {got: 1}.get(want))\n"
+                    "del got, want")
+                self.assertEqual(ev["stdout"], "True True True True True 1\n", name)
+
+
 class TestSiteOnDemand(unittest.TestCase):
     """Started with -S (as the local backend starts it), the driver runs site only when an
     import or a look for distributions needs it; code must not see the difference."""

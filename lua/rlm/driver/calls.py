@@ -139,6 +139,22 @@ def make_helpers(session):
         results = call(session, "llm_query_batched", {"prompts": prompts, "model": model})
         return expect_count(results, len(prompts), "llm_query_batched")
 
+    def llm_query_batched_iter(prompts, model=None):
+        """Asks a language model many prompts at once; yields (index, answer) as each answer
+        arrives, every index once, so the code can work on the first answers while the rest
+        are still coming."""
+        prompts = list(prompts)
+        for i, prompt in enumerate(prompts):
+            check_text(prompt, f"llm_query_batched_iter: prompts[{i}]")
+        batch = expect_count(call(session, "llm_query_batched_start",
+                                  {"prompts": prompts, "model": model}),
+                             1, "llm_query_batched_iter")[0]
+        left = len(prompts)
+        while left:
+            for index, answer in call(session, "llm_query_batched_next", {"batch": batch}):
+                left -= 1
+                yield index, answer
+
     def rlm_query(task, context=None):
         """Hands a task (and optional JSON context) to a child RLM; returns its answer."""
         check_text(task, "rlm_query: task")
@@ -182,7 +198,8 @@ def make_helpers(session):
             size = "" if row["size"] is None else f", size {row['size']}"
             print(f"{row['name']} ({row['type']}{size}): {row['preview']}")
 
-    return {f.__name__: f for f in (SUBMIT, llm_query, llm_query_batched, rlm_query, budget,
-                                    _rlm_tool, add_buffer, get_buffer, clear_buffer, SHOW_VARS)}
+    return {f.__name__: f for f in (SUBMIT, llm_query, llm_query_batched, llm_query_batched_iter,
+                                    rlm_query, budget, _rlm_tool, add_buffer, get_buffer,
+                                    clear_buffer, SHOW_VARS)}
 
 

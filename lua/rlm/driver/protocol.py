@@ -58,6 +58,9 @@ Events, driver -> host
   {"ev":"call","id":N,"kind":K,"args":{...}}   the code is blocked until the matching reply:
       llm_query          {"prompt","model"}   -> results: [text]
       llm_query_batched  {"prompts","model"}  -> results: one text per prompt, in order
+      llm_query_batched_start  {"prompts","model"}  -> results: [batch number]; the batch runs on
+      llm_query_batched_next   {"batch"}  -> results: [[index, text], ...], the answers that
+                         arrived since the last next (at least one; waits for it), until all have
       rlm_query          {"task","context"}   -> results: [text]
   {"ev":"error","message":"..."}               a request that cannot be served; the driver goes on
 
@@ -100,7 +103,8 @@ Execute semantics
   _signal or ctypes) is stopped by the host instead, which restarts the driver.
 - Helpers (builtins of the namespace, so they survive reset, never show up in variables, and a
   user global of the same name only shadows them): SUBMIT, llm_query(prompt, model=None),
-  llm_query_batched(prompts, model=None), rlm_query(task, context=None), budget(), add_buffer(name,
+  llm_query_batched(prompts, model=None), llm_query_batched_iter(prompts, model=None) (yields
+  (index, answer) as answers arrive), rlm_query(task, context=None), budget(), add_buffer(name,
   value), get_buffer(name), clear_buffer(name=None), SHOW_VARS(). A reply with error raises
   RuntimeError(message). Calls from threads are serialised; they fail outside an execute.
 - variables lists user globals except modules and __dunder__ names: type name, len or null,

@@ -22,6 +22,8 @@ class Session:
         self.io_lock = _thread.allocate_lock()
         self.builtins = dict(vars(builtins))
         self.builtins.update(make_helpers(self))
+        # for the host's load of a long context (rlm.run), under a name no code would pick
+        self.builtins["__rlm_read_text__"] = read_text
         self.buffers = {}
         self.cells = []   # the source of cell K at K - 1: <rlm-cell-K> in tracebacks
         self.ns = None

@@ -38,21 +38,29 @@ function M.option(opts, name)
   return v
 end
 
--- The first n characters of UTF-8 text, never cutting one in two; bytes that are not UTF-8
--- are cut at n bytes and shown as U+FFFD, so the prompt stays valid JSON for strict parsers.
+-- The first n characters of text, never cutting one in two, chosen on a prefix (the whole text
+-- is never scanned for it); bytes that are not UTF-8 are shown as U+FFFD, so the prompt stays
+-- valid JSON for strict parsers.
 local function head_chars(text, n)
-  if utf8.len(text) then
-    local stop = utf8.offset(text, n + 1)
-    return stop and text:sub(1, stop - 1) or text
+  local head = text:sub(1, 4 * n + 4)   -- n characters take at most 4n bytes
+  if #head < #text then
+    -- a character cut at the end of the prefix is dropped, not shown as invalid
+    head = head:gsub("[\192-\255][\128-\191]*$", "")
+  end
+  if utf8.len(head) then
+    local stop = utf8.offset(head, n + 1)
+    return stop and head:sub(1, stop - 1) or head
   end
   return (text:sub(1, n):gsub("[\128-\255]", "\xEF\xBF\xBD"))
 end
 
--- Length in characters (bytes when the text is not UTF-8).
+-- Length in characters (bytes when the text is not UTF-8), counted in C at memory speed: the
+-- first model call waits for it.
 local function char_count(text)
-  return utf8.len(text) or #text
+  return json.utf8_count(text) or #text
 end
 
+--- The context's kind, its length in characters and a preview of it.
 function M.describe(value)
   if type(value) == "string" then
     return "a str", char_count(value), head_chars(value, 500)
@@ -67,6 +75,12 @@ end
 --- A run: the state of one loop in the tree (root or child).
 local Run = {}
 Run.__index = Run
+
+-- describe(self.context), worked out once for the run: a 1 GB context is not counted twice.
+function Run:described()
+  self.description = self.description or table.pack(M.describe(self.context))
+  return table.unpack(self.description, 1, 3)
+end
 
 function Run:event(e)
   e.depth, e.run = self.depth, self.id

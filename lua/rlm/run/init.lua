@@ -13,6 +13,7 @@ local loop = require "rlm.run.loop"
 local resume = require "rlm.run.resume"
 local trace = require "rlm.trace"
 require "rlm.run.history"
+require "rlm.run.batches"
 
 local M = {}
 
@@ -49,7 +50,7 @@ function M.run(opts)
   local owns_trace = opts._trace == nil
   -- The root's trajectory goes to a collector when one is named (a child's is in the root's).
   local otel_url = owns_trace and require("rlm.otel").endpoint(opts.otel)
-  local chars = select(2, common.describe(self.context))
+  local chars = select(2, self:described())
   if not opts._replay or not opts._append then
     -- A small context is kept in the record, so `rlm replay` and `--resume` need nothing else.
     self:record{type = "start", task = self.task, model = self.model, sub_model = self.sub_model,

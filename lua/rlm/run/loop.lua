@@ -10,8 +10,7 @@ local subcalls = require "rlm.run.subcalls"
 local sys = require "rlm.sys"
 local trace = require "rlm.trace"
 
-local Run, option, describe, prompt_chars = common.Run, common.option, common.describe,
-  common.prompt_chars
+local Run, option, prompt_chars = common.Run, common.option, common.prompt_chars
 
 local M = {}
 
@@ -35,7 +34,8 @@ local NOT_PASSED = {on_call = true, model = true, sub_model = true, max_llm_call
 local run_counter = 0
 
 -- Puts `context` into the sandbox: small values as an injected variable, large ones as a file
--- read there, so 100 MB never travel inside a JSON request or a prompt.
+-- read there, so 100 MB never travel inside a JSON request or a prompt. The driver reads text
+-- into a str of its final length (read_text), holding no second copy as bytes.
 local function load_context(interp, context, inline_limit)
   if context == nil then
     return interp:execute("context = None")
@@ -50,7 +50,7 @@ local function load_context(interp, context, inline_limit)
   local ok, err = interp:upload(path, data)
   if not ok then error("cannot put the context into the sandbox: " .. err, 0) end
   local code = is_text
-    and ("with open(%q, 'rb') as _f:\n    context = _f.read().decode('utf-8', 'surrogateescape')\ndel _f"):format(path)
+    and ("context = __rlm_read_text__(%q)"):format(path)
     or ("import json as _json\nwith open(%q) as _f:\n    context = _json.load(_f)\ndel _f, _json"):format(path)
   local _, r = interp:execute(code)
   if r.error then error("could not load the context into the sandbox: " .. r.error, 0) end
@@ -229,7 +229,7 @@ local function spent_since(budget, before)
 end
 
 function Run:loop()
-  local desc_type, chars, preview = describe(self.context)
+  local desc_type, chars, preview = self:described()
   local vars = {
     task = self.task, context_type = desc_type, context_chars = chars, context_preview = preview,
     outputs = table.concat(self.outputs, ", "),
@@ -246,10 +246,6 @@ function Run:loop()
               turn_template = self.prompts.turn, summary_template = self.prompts.summary,
               max_iterations = self.max_iterations}
   local messages = {{role = "user", content = self.first_message}}
-  local loaded, why, r = sandbox_step(load_context, self.interp, self.context, self.inline_context_chars)
-  if not loaded then return {reason = "sandbox_error", detail = why} end
-  self.variables = r and r.variables
-  self.variables_more = r and r.variables_more
 
   for turn = 1, self.max_iterations do
     self.turn = turn
@@ -281,6 +277,9 @@ function Run:loop()
       read.notes[#read.notes + 1] = ("Your reply was cut off at the output limit (%s tokens).")
         :format(reply.usage and reply.usage.output_tokens or "?")
     end
+    -- The first turn's code waits here for the sandbox and its context.
+    local ready, why = self:sandbox_ready()
+    if not ready then return {reason = "sandbox_error", detail = why} end
     local ran, submitted, output, pyvars, feedback = sandbox_step(self.run_code, self, read.code,
                                                                   parse.final(reply.text), read.notes)
     if not ran then return {reason = "sandbox_error", detail = submitted, extract = true} end
@@ -461,22 +460,44 @@ function M.check_options(opts)
   end
 end
 
--- Starts the run's interpreter; or nil and why the sandbox could not start.
-local function start_interpreter(interp)
-  return sandbox_step(function()
+-- Starts the run's interpreter and puts the context into it: true, or false and why the
+-- sandbox cannot serve. Its variables become the run's.
+local function prepare_sandbox(self, interp)
+  local started, err = sandbox_step(function()
     local ok, err = pcall(interp.start, interp)
     if not ok then interp:shutdown() error(err, 0) end
     return interp
   end)
+  if not started then return false, err end
+  local loaded, why, r = sandbox_step(load_context, interp, self.context, self.inline_context_chars)
+  if not loaded then return false, why end
+  self.variables, self.variables_more = r and r.variables, r and r.variables_more
+  return true
 end
 
--- The loop in its sandbox, and the extraction when it ended without SUBMIT.
+-- Waits for the sandbox prepared beside the first model call: true, or false and why not. An
+-- interrupt met there ends the run as it would have here.
+function Run:sandbox_ready()
+  local task = self.preparing
+  if not task then return true end
+  self.preparing = nil
+  local ok, ready, why = task:result()
+  if not ok then ready, why = false, tostring(ready) end
+  if not ready and why:find("interrupted (SIG", 1, true) then error(why, 0) end
+  return ready, why
+end
+
+-- The loop in its sandbox, and the extraction when it ended without SUBMIT. The sandbox starts
+-- and takes the context while the first model call is in flight: that call needs only the
+-- context's size and preview.
 function Run:go(interp)
-  local started, err = start_interpreter(interp)
-  if not started then return {reason = "sandbox_error", detail = err} end
   local _ <close> = interp
   self.interp = interp
+  self.preparing = async.spawn(prepare_sandbox, self, interp)
   local r = self:loop()
+  -- A loop that ended before its first code (a model error, a budget) lets the sandbox settle
+  -- before it is shut down.
+  self:sandbox_ready()
   -- No turn, nothing to extract from: an extraction would be paid for nothing.
   if r.extract and #self.steps > 0 then
     local fields, err = self:extract(r.detail or r.reason)

@@ -114,8 +114,10 @@ end
 
 -- Sub-calls from code: each prompt is checked and reserved before anything is sent; what the
 -- budget cannot afford comes back as an error string in its slot, as a failed call does, so
--- the code sees it and the rest of the batch runs. images: by prompt, a list of images or nil.
-function Run:llm_query(prompts, model, kind, images)
+-- the code sees it and the rest of the batch runs. on_answer(i, text), when given, hears each
+-- prompt's answer as soon as it is known (llm_query_batched_iter). images: by prompt, a list of
+-- images or nil.
+function Run:llm_query(prompts, model, kind, on_answer, images)
   local label, err = self:allowed_model(model)
   if not label then return nil, err end
   model = model or self.sub_model
@@ -168,8 +170,17 @@ function Run:llm_query(prompts, model, kind, images)
     end
   end
   if kind == "llm_query" and refusal then return nil, refusal end
+  if on_answer then
+    for i in ipairs(prompts) do
+      if texts[i] then on_answer(i, texts[i]) end
+    end
+  end
+  local on_result = on_answer and function(n, r)
+    on_answer(slots[n], r.error and "[ERROR] " .. tostring(r.error) or r.text)
+  end
   local ok, results = pcall(llm.batch_prompts, {model = model, timeout = timeout}, sends,
-                            {concurrency = self.batch_concurrency, max_tokens = caps})
+                            {concurrency = self.batch_concurrency, max_tokens = caps,
+                             on_result = on_result})
   if not ok then
     self.budget:settle_all(tickets, label, EMPTY, EMPTY)
     async.check_interrupt()
@@ -280,9 +291,13 @@ function Run:answer_call(kind, args)
     if v == json.null then args[k] = nil end      -- Python's None
   end
   if kind == "llm_query" then
-    return self:llm_query({args.prompt}, args.model, kind, args.images and {args.images})
+    return self:llm_query({args.prompt}, args.model, kind, nil, args.images and {args.images})
   elseif kind == "llm_query_batched" then
     return self:llm_query(args.prompts or {}, args.model, kind)
+  elseif kind == "llm_query_batched_start" then
+    return self:start_batch(args.prompts or {}, args.model)
+  elseif kind == "llm_query_batched_next" then
+    return self:next_answers(args.batch)
   elseif kind == "rlm_query" then
     return self:rlm_query(args.task, args.context)
   elseif kind == "tool" then
