@@ -213,18 +213,24 @@ local function closed_error()
   error("this interpreter has been shut down", 3)
 end
 
---- Starts the sandbox and its driver; a no-op when it runs already. Raises on failure, leaving
--- nothing half-created.
-function Interp:start()
-  if self.closed then closed_error() end
-  if self.sandbox then return self end
-  -- The user's tools (their MCP servers started or reached) before any sandbox exists: a tool
-  -- that cannot be had costs no sandbox.
+--- The user's tools (rlm.tools), their MCP servers started or reached once: the list. Raises
+-- when one cannot be had.
+function Interp:load_tools()
   if self.opts.tools and not self.tools then
     local tools = require "rlm.tools"
     self.tools, self.tool_index = tools.load(self.opts.tools)
     self.tools_code = #self.tools > 0 and tools.python(self.tools) or nil
   end
+  return self.tools or {}
+end
+
+--- Starts the sandbox and its driver; a no-op when it runs already. Raises on failure, leaving
+-- nothing half-created.
+function Interp:start()
+  if self.closed then closed_error() end
+  if self.sandbox then return self end
+  -- The tools before any sandbox exists: a tool that cannot be had costs no sandbox.
+  self:load_tools()
   local sb = self.backend.create(self.opts)
   registry.add(sb)
   local ok, err = pcall(self.launch, self, sb)

@@ -236,7 +236,7 @@ function Run:loop()
     submit_signature = table.concat(self.outputs, "=..., ") .. "=...",
     max_iterations = self.max_iterations, max_llm_calls = self.budget.limits.max_llm_calls or "unlimited",
     max_output_chars = self.max_output_chars, sub_capacity = self.sub_capacity,
-    tools = require("rlm.tools").prompt_text(self.interp and self.interp.tools or {}),
+    tools = require("rlm.tools").prompt_text(self.interp and self.interp:load_tools() or {}),
   }
   self.system = self:render("system", vars)
   self.first_message = self:render("first", vars)
@@ -493,6 +493,9 @@ end
 function Run:go(interp)
   local _ <close> = interp
   self.interp = interp
+  -- The prompt lists the tools, so they are had before the first call.
+  local had, why = pcall(interp.load_tools, interp)
+  if not had then return {reason = "sandbox_error", detail = tostring(why)} end
   self.preparing = async.spawn(prepare_sandbox, self, interp)
   local r = self:loop()
   -- A loop that ended before its first code (a model error, a budget) lets the sandbox settle
