@@ -30,6 +30,9 @@
 --                                  gone), "protocol" (a line that is not JSON). Must wait through
 --                                  rlm.async so other tasks keep running. With payloads, an
 --                                  event's payloads entries get .data (their bytes).
+--   sb:send(req)                   optional: writes one request line without reading an event
+--                                  (a reply to one of several open calls); true | nil, err.
+--                                  Without it the calls of a block are answered one at a time.
 --   sb:kill_driver()               stops the driver at once; start_driver() may follow.
 --   sb:upload(path, data) -> true | nil, err          paths are sandbox paths; relative ones are
 --   sb:download(path) -> data | nil, err              under /home/daytona/workspace
@@ -88,6 +91,7 @@ local OPTIONS = {backend = true, timeout = true, execute_timeout = true, volume_
                  -- handler, with its budget (see M.new)
                  model = true, sub_model = true, max_llm_calls = true, llm_call_timeout = true,
                  max_depth = true, max_tokens = true, max_cost = true, child_max_iterations = true,
+                 batch_concurrency = true, max_parallel_children = true,
                  -- fleet-rlm's: here no execute ever blocks other tasks, so it changes nothing
                  async_execute = true}
 M.options = OPTIONS
@@ -117,7 +121,8 @@ local BACKSTOP = 1.0
 local START_TIMEOUT = 30
 
 local NO_HANDLER = "llm_query is not available: no model configured"
-local CALL_KINDS = {llm_query = true, llm_query_batched = true, rlm_query = true, budget = true}
+local CALL_KINDS = {llm_query = true, llm_query_batched = true, rlm_query = true,
+                    rlm_query_batched = true, budget = true}
 
 local Interp = {}
 Interp.__index = Interp
@@ -336,11 +341,13 @@ function Interp:answer(ev)
       results, err = r, e
     end
   end
-  if err ~= nil then return {op = "reply", id = ev.id, error = tostring(err)} end
+  local number = math.type(ev.call) == "integer" and ev.call or nil
+  if err ~= nil then return {op = "reply", id = ev.id, call = number, error = tostring(err)} end
   if type(results) ~= "table" then
-    return {op = "reply", id = ev.id, error = tostring(ev.kind) .. " got no results from the host"}
+    return {op = "reply", id = ev.id, call = number,
+            error = tostring(ev.kind) .. " got no results from the host"}
   end
-  return {op = "reply", id = ev.id, results = json.array(results)}
+  return {op = "reply", id = ev.id, call = number, results = json.array(results)}
 end
 
 -- A run for code that never finished: the driver was killed and restarted.
@@ -434,55 +441,116 @@ function Interp:full_request(id, code, timeout, variables, output_names)
   return line, payloads
 end
 
--- The request/event dialogue of one execute: calls are answered until the code is done.
+-- Each read waits at most this long while calls are open, so that the block's own time is
+-- counted again as soon as the last of them is answered.
+local CALL_SLICE = 1.0
+
+-- The request/event dialogue of one execute: calls are answered until the code is done. With a
+-- backend that can send without reading (sb:send), each call is answered in a task of its own,
+-- so calls the code makes from several threads are carried side by side.
 function Interp:exchange(req, id, timeout, deadline, payloads)
   local sb = self.sandbox
   local started = clock()
-  local now, spent_in_calls = started, 0
-  while true do
-    local wait = timeout - (now - started - spent_in_calls) + BACKSTOP
-    -- The driver's timer stands still during calls; a deadline counts them too.
-    if deadline then wait = min(wait, deadline - now + BACKSTOP) end
-    local ev, err, kind = sb:request(req, max(wait, 0.05), payloads)
-    payloads = nil
-    if not ev then
-      if kind == "timeout" and deadline and clock() >= deadline then
-        return self:lost(started, "TimeoutError: the run's time ran out (max_time) and the " ..
-          "code was stopped; the sandbox was restarted", true)
-      elseif kind == "timeout" then
-        return self:lost(started, ("TimeoutError: the code ran past execute_timeout (%g s) " ..
-          "and the sandbox was restarted"):format(timeout), true)
-      elseif kind == "limit" then
-        return self:lost(started, "LimitError: " .. err .. "; the code was stopped and the " ..
-          "sandbox restarted (its files stay)", false)
+  local calls = {open = 0, paused = 0, since = nil, tasks = {}}
+  -- Seconds until the backstop: the driver's timer stands still while calls are open; a
+  -- deadline counts them too.
+  local function left()
+    local now = clock()
+    local rest = math.huge
+    if calls.open == 0 then
+      rest = timeout - (now - started - calls.paused) + BACKSTOP
+    end
+    if deadline then rest = min(rest, deadline - now + BACKSTOP) end
+    return rest
+  end
+  local ok, submitted, run = pcall(function()
+    while true do
+      local wait = left()
+      if calls.open > 0 then wait = min(wait, CALL_SLICE) end
+      local ev, err, kind = sb:request(req, max(wait, 0.05), payloads)
+      req, payloads = nil, nil
+      self:check_calls(calls)
+      if ev or kind ~= "timeout" or left() <= 0 then
+        local done, out, result = self:take_event(ev, err, kind, id, started, deadline, timeout, calls)
+        if done then return out, result end
+        req = out
       end
-      return self:lost(started, "SandboxError: " .. err .. " (state was lost; the sandbox was restarted)",
-                       false)
     end
-    local bad
-    if ev.ev == "done" and ev.id == id then
-      local submitted, run
-      submitted, run, bad = self:finish(ev, started)
-      if run then return submitted, run end
-    elseif ev.ev == "call" and not CALL_KINDS[ev.kind] then
-      bad = "unknown call " .. tostring(ev.kind)
-    end
-    if bad then
-      return self:lost(started, "SandboxError: the driver sent a malformed " .. ev.ev .. " event (" ..
-        bad .. "); state was lost and the sandbox was restarted", false)
-    end
-    if ev.ev == "call" and ev.id == id then
-      local t0 = clock()
-      req = self:answer(ev)
-      now = clock()
-      spent_in_calls = spent_in_calls + (now - t0)
-    elseif ev.ev == "error" then
-      -- The driver refused the request itself (a bug on our side, not the user's code).
-      error("the sandbox's driver rejected the request: " .. tostring(ev.message), 0)
-    else
-      return self:lost(started, "SandboxError: unexpected event " .. json.encode(ev), false)
+  end)
+  -- A call still open when the block ends another way (a restart, a fault) is answered no more.
+  calls.closed = true
+  if not ok then error(submitted, 0) end
+  return submitted, run
+end
+
+-- Raises the error of a call's task (an interrupt) in the dialogue.
+function Interp:check_calls(calls)
+  for i = #calls.tasks, 1, -1 do
+    local task = calls.tasks[i]
+    if task.done then
+      table.remove(calls.tasks, i)
+      task:join()
     end
   end
+end
+
+-- Answers a call in a task of its own; its reply is sent when it is ready.
+function Interp:answer_aside(ev, calls)
+  local sb = self.sandbox
+  if calls.open == 0 then calls.since = clock() end
+  calls.open = calls.open + 1
+  calls.tasks[#calls.tasks + 1] = async.spawn(function()
+    local ok, reply = pcall(self.answer, self, ev)
+    calls.open = calls.open - 1
+    if calls.open == 0 then calls.paused = calls.paused + (clock() - calls.since) end
+    if not ok then error(reply, 0) end
+    if not calls.closed and self.sandbox == sb then sb:send(reply) end
+  end)
+end
+
+-- What one event means for the dialogue: true, out, run when the block is done (or lost);
+-- false, the next request (or nil: only read) otherwise.
+function Interp:take_event(ev, err, kind, id, started, deadline, timeout, calls)
+  if not ev then
+    if kind == "timeout" and deadline and clock() >= deadline then
+      return true, self:lost(started, "TimeoutError: the run's time ran out (max_time) and the " ..
+        "code was stopped; the sandbox was restarted", true)
+    elseif kind == "timeout" then
+      return true, self:lost(started, ("TimeoutError: the code ran past execute_timeout (%g s) " ..
+        "and the sandbox was restarted"):format(timeout), true)
+    elseif kind == "limit" then
+      return true, self:lost(started, "LimitError: " .. err .. "; the code was stopped and the " ..
+        "sandbox restarted (its files stay)", false)
+    end
+    return true, self:lost(started, "SandboxError: " .. err ..
+      " (state was lost; the sandbox was restarted)", false)
+  end
+  local bad
+  if ev.ev == "done" and ev.id == id then
+    local submitted, run
+    submitted, run, bad = self:finish(ev, started)
+    if run then return true, submitted, run end
+  elseif ev.ev == "call" and not CALL_KINDS[ev.kind] then
+    bad = "unknown call " .. tostring(ev.kind)
+  end
+  if bad then
+    return true, self:lost(started, "SandboxError: the driver sent a malformed " .. ev.ev ..
+      " event (" .. bad .. "); state was lost and the sandbox was restarted", false)
+  end
+  if ev.ev == "call" and ev.id == id then
+    if self.sandbox.send then
+      self:answer_aside(ev, calls)
+      return false, nil
+    end
+    local t0 = clock()
+    local reply = self:answer(ev)
+    calls.paused = calls.paused + (clock() - t0)
+    return false, reply
+  elseif ev.ev == "error" then
+    -- The driver refused the request itself (a bug on our side, not the user's code).
+    error("the sandbox's driver rejected the request: " .. tostring(ev.message), 0)
+  end
+  return true, self:lost(started, "SandboxError: unexpected event " .. json.encode(ev), false)
 end
 
 --- Clears the Python state (globals, imports, buffers); files stay.

@@ -569,6 +569,14 @@ function Sandbox:request(req, timeout, payloads)
   return ev, why, kind
 end
 
+--- Sends one request line without waiting for an event: the reply to one of several open calls.
+function Sandbox:send(req)
+  if not (self.proc and self.proc:write(json.encode(req), "\n")) then
+    return nil, self.proc and self:died_message() or "the sandbox's driver is not running"
+  end
+  return true
+end
+
 -- The first child of host process pid, or nil.
 local function first_child(pid)
   local kids = sys.read_file(("/proc/%d/task/%d/children"):format(pid, pid))
