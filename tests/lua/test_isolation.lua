@@ -342,6 +342,73 @@ finally:
   -- shows only processes) can leave a few more. Root gives the sandbox a uid of its own.
   local slack = sys.getuid() == 0 and 0 or 8
   T.truthy(started and started <= 32 + slack, "processes started before the wall: " .. run.stdout)
+  -- and the wall is the limit, not a sandbox that can start nothing: bwrap, its init and the
+  -- driver (and its threads) count too, so a few fewer than 32
+  T.truthy(started >= 32 - 8, "processes started before the wall: " .. run.stdout)
+end
+
+-- A sandbox's files as another host user sees them: what `cat` run as uid 65534 reads.
+local function read_as_nobody(path)
+  return sys.run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", path},
+                 {timeout = 30})
+end
+
+tests["each sandbox of root's has a uid of its own, no other host user's"] = function()
+  if not ROOT then T.skip("only root hands sandboxes uids of their own") end
+  local a, b = interp{}, interp{}
+  local ua = host_uid(assert(a:start():pid()))
+  local ub = host_uid(assert(b:start():pid()))
+  T.truthy(ua ~= ub, ("two sandboxes, one uid (%d)"):format(ua))
+  for _, u in ipairs{ua, ub} do
+    T.truthy(u ~= 0 and u ~= 65534 and u >= 1000, "a sandbox runs as uid " .. u)
+  end
+  -- a root-only file staged as context, and a file the code wrote: host `nobody` reads neither
+  local dir = T.tmpdir()
+  assert(sys.write_file(dir .. "/secret.txt", "root only"))
+  assert(sys.chmod(dir .. "/secret.txt", tonumber("600", 8)))
+  local c = interp{context_paths = {dir .. "/secret.txt"}}
+  probe(c, "open('mine.txt', 'w').write('written inside')\nprint(open('context/secret.txt').read())")
+  for _, name in ipairs{"context/secret.txt", "mine.txt"} do
+    local path = c.sandbox.workspace .. "/" .. name
+    T.eq(sys.read_file(path) ~= nil, true, "the file is there: " .. path)
+    local r = read_as_nobody(path)
+    T.truthy(r and r.code ~= 0 and r.stdout == "", "host uid 65534 read " .. name)
+  end
+end
+
+-- A second root-run rlm: its sandbox runs a fork bomb and holds its processes at the wall.
+local HOLDER = [[
+local rlm = require "rlm"
+local i = rlm.interpreter{limits = {processes = 64}, timeout = 300}
+local _, run = i:execute([=[
+import subprocess
+procs = []
+try:
+    while True:
+        procs.append(subprocess.Popen(["sleep", "300"]))
+except OSError:
+    pass
+print(len(procs))]=])
+io.stderr:write("bomb holds " .. run.stdout)
+print("READY http://127.0.0.1:1")
+io.stdout:flush()
+require("rlm.sys").sleep(300)
+]]
+
+tests["a fork bomb at its wall in one rlm stops no sandbox of another"] = function()
+  if not ROOT then T.skip("as an ordinary user, every sandbox is the user's own uid") end
+  local holder = T.server({T.rlm, "run", T.lua_script(HOLDER)}, 120)
+  T.truthy(holder.url, "the bomb holds its processes")
+  local failures = {}
+  for k = 1, 20 do
+    local ok, err = pcall(function()
+      local i <close> = rlm.interpreter{limits = {processes = 64}}
+      local out = i:execute("SUBMIT(answer=1)")
+      assert(out and out.answer == 1, "no answer")
+    end)
+    if not ok then failures[#failures + 1] = k .. ": " .. tostring(err) end
+  end
+  T.eq(failures, {}, "sandboxes that failed to start beside the bomb")
 end
 
 tests["open files and file size stop at their limits"] = function()
