@@ -37,7 +37,7 @@ M.ENVIRONMENT = {
   {"RLM_MCP_ALLOWED_HOSTS, RLM_MCP_ALLOWED_ORIGINS", "further Host names and origins rlm mcp --http accepts (comma separated)"},
   {"XDG_DATA_HOME", "local volumes live in $XDG_DATA_HOME/rlm/volumes/NAME (default ~/.local/share)"},
   {"RLM_BWRAP, RLM_PYTHON", "the bubblewrap and Python executables of the local sandbox (defaults bwrap, /usr/bin/python3)"},
-  {"RLM_SANDBOX_UID", "the uid the local sandbox runs as when rlm runs as root (default 65534)"},
+  {"RLM_SANDBOX_UID", "one uid every local sandbox runs as when rlm runs as root (default: a uid of each sandbox's own)"},
   {"RLM_LUA_PATH", "DIR[:DIR]: Lua modules found there win over the embedded ones"},
   {"RLM_SKILLS_PATH", "DIR[:DIR]: your own skills, beside $XDG_DATA_HOME/rlm/skills"},
   {"RLM_DEBUG", "1: a command's error comes with where in rlm it was raised and a traceback"},
