@@ -19,6 +19,8 @@
 --                                  .resource("lua/rlm/driver.py"); its docstring is the wire
 --                                  protocol); the driver's first line is its `ready` event,
 --                                  read with sb:request(nil, timeout). Raises.
+--   backend.start_width            optional: how many sandboxes this process starts at once (a
+--                                  start queue; the others wait their turn).
 --   backend.payload_min            optional: when sb:request carries raw payloads (the driver's
 --                                  docstring), the byte length from which a string skips JSON
 --                                  both ways; the backend starts the driver with it.
@@ -121,6 +123,18 @@ local BACKSTOP = 1.0
 local START_TIMEOUT = 30
 
 local NO_HANDLER = "llm_query is not available: no model configured"
+
+-- Sandboxes of one backend start at most backend.start_width at a time in this process:
+-- starting is the machine's work (namespaces, mounts, Python's start), and more at once only
+-- makes every start slower, past its start_timeout. The rest wait their turn.
+local start_queues = {}
+
+local function start_queue(backend)
+  local width = backend.start_width
+  if not width then return nil end
+  start_queues[backend] = start_queues[backend] or async.semaphore(width)
+  return start_queues[backend]
+end
 local CALL_KINDS = {llm_query = true, llm_query_batched = true, rlm_query = true,
                     rlm_query_batched = true, budget = true}
 
@@ -222,12 +236,23 @@ end
 function Interp:start()
   if self.closed then closed_error() end
   if self.sandbox then return self end
-  local sb = self.backend.create(self.opts)
-  registry.add(sb)
-  local ok, err = pcall(self.launch, self, sb)
+  local queue = start_queue(self.backend)
+  local queued = clock()
+  if queue then queue.acquire() end
+  -- How long this start waited its turn (other sandboxes of this process were starting).
+  self.start_wait = clock() - queued
+  local made, sb = pcall(self.backend.create, self.opts)
+  local ok, err = made, sb
+  if made then
+    registry.add(sb)
+    ok, err = pcall(self.launch, self, sb)
+  end
+  if queue then queue.release() end
   if not ok then
-    registry.remove(sb)
-    sb:destroy()
+    if made then
+      registry.remove(sb)
+      sb:destroy()
+    end
     error(err, 2)
   end
   self.sandbox = sb
@@ -235,13 +260,32 @@ function Interp:start()
   return self
 end
 
--- Starts the driver in sb and waits for its ready event.
+-- What a start that failed only because the machine is busy says (fork or clone: EAGAIN).
+local BUSY = "Resource temporarily unavailable"
+local BUSY_PAUSE = 0.25
+
+-- Starts the driver in sb and waits for its ready event. A start the machine refuses for now
+-- (EAGAIN: no process or namespace to be had) waits and tries again within start_timeout.
 function Interp:launch(sb)
-  sb:start_driver()
-  local ev, err = sb:request(nil, self.opts.start_timeout or START_TIMEOUT)
-  if not ev or ev.ev ~= "ready" then
+  local limit = self.opts.start_timeout or START_TIMEOUT
+  local deadline = clock() + limit
+  local pause = BUSY_PAUSE
+  while true do
+    local started, ev, err = pcall(sb.start_driver, sb)
+    if started then
+      ev, err = sb:request(nil, max(0.05, deadline - clock()))
+    else
+      ev, err = nil, tostring(ev)
+    end
+    if ev and ev.ev == "ready" then return end
     sb:kill_driver()
-    error("the sandbox did not start: " .. (err or ("unexpected first event " .. json.encode(ev))), 0)
+    local busy = err and err:find(BUSY, 1, true)
+    if not busy or clock() + pause >= deadline then
+      if busy then err = err .. ("; the machine stayed busy for %g s (start_timeout)"):format(limit) end
+      error("the sandbox did not start: " .. (err or ("unexpected first event " .. json.encode(ev))), 0)
+    end
+    async.sleep(pause)
+    pause = min(pause * 2, 2)
   end
 end
 
