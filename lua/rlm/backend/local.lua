@@ -526,6 +526,7 @@ end
 
 function Sandbox:start_driver()
   if self.proc then return true end
+  self:settle_dying()
   local host = require "rlm.core.host"
   local source = host.resource("lua/rlm/driver.py")
   if not source then error("the driver (lua/rlm/driver.py) is missing from this build", 0) end
@@ -548,6 +549,17 @@ function Sandbox:start_driver()
   -- Here, unless create did it: the walk then runs while bubblewrap and Python start.
   sweep_orphans(self.root:match("^(.*)/[^/]+$"))
   return true
+end
+
+-- A killed driver's processes may still be ending, and writing into the workspace: what they
+-- leave belongs to the level at which the code was stopped, not to the next driver's growth.
+-- They end within moments of SIGKILL; the wait is bounded all the same.
+local DYING_WAIT = 5
+
+function Sandbox:settle_dying()
+  if #self.dying == 0 then return end
+  for _, init in ipairs(self.dying) do init:ended(DYING_WAIT) end
+  self.allowance = math.max(self.allowance, self:disk_usage())
 end
 
 -- Keeps the end of the driver's stderr (bwrap's and Python's own complaints) for error messages.
