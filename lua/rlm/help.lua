@@ -39,7 +39,7 @@ M.ENVIRONMENT = {
   {"XDG_DATA_HOME", "local volumes live in $XDG_DATA_HOME/rlm/volumes/NAME (default ~/.local/share)"},
   {"RLM_BWRAP, RLM_PYTHON", "the bubblewrap and Python executables of the local sandbox (defaults bwrap, /usr/bin/python3)"},
   {"RLM_VENV", "a virtualenv (made from /usr/bin/python3) or a folder of Python packages, read-only in the local sandbox"},
-  {"RLM_SANDBOX_UID", "the uid the local sandbox runs as when rlm runs as root (default 65534)"},
+  {"RLM_SANDBOX_UID", "one uid every local sandbox runs as when rlm runs as root (default: a uid of each sandbox's own)"},
   {"RLM_LUA_PATH", "DIR[:DIR]: Lua modules found there win over the embedded ones"},
   {"RLM_SKILLS_PATH", "DIR[:DIR]: your own skills, beside $XDG_DATA_HOME/rlm/skills"},
   {"OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS, OTEL_SERVICE_NAME", "send each run as an OpenTelemetry trace to this collector (OTLP/HTTP JSON; off when unset)"},

@@ -32,6 +32,7 @@ In the REPL you have:
   answers while the rest are still coming.
 - rlm_query(task, context) -> str: give a sub-task and its own input to a helper that works the
   way you do, in its own REPL.
+- rlm_query_batched(tasks, contexts) -> list[str]: many rlm_query helpers at once, results in order.
 - budget() -> dict: what remains to spend (calls, tokens, cost, seconds, depth; None means no
   limit). A call the budget cannot afford is not made: llm_query raises RuntimeError("max_...:
   why"), and in a batch that item is the string "[ERROR] max_...: why".

@@ -833,7 +833,7 @@ class TestCalls(DriverTest):
     def test_llm_query_round_trip(self):
         rid = self.d.start("r = llm_query('What is 6*7?', model='small')\nprint(r)")
         ev = self.d.event()
-        self.assertEqual(ev, {"ev": "call", "id": rid, "kind": "llm_query",
+        self.assertEqual(ev, {"ev": "call", "id": rid, "call": 1, "kind": "llm_query",
                               "args": {"prompt": "What is 6*7?", "model": "small"}})
         self.assertEqual(self.d.request({"op": "ping"}), {"ev": "pong"})
         ev = self.d.request({"op": "reply", "id": rid, "results": ["42"]})
@@ -854,7 +854,8 @@ class TestCalls(DriverTest):
 
     def test_llm_query_batched_round_trip(self):
         rid = self.d.start("out = llm_query_batched(['a', 'b', 'c'])\nprint(out)")
-        self.assertEqual(self.d.event(), {"ev": "call", "id": rid, "kind": "llm_query_batched",
+        self.assertEqual(self.d.event(), {"ev": "call", "id": rid, "call": 1,
+                                          "kind": "llm_query_batched",
                                           "args": {"prompts": ["a", "b", "c"], "model": None}})
         ev = self.d.request({"op": "reply", "id": rid, "results": ["A", "B", "C"]})
         self.assertEqual(ev["stdout"], "['A', 'B', 'C']\n")
@@ -879,6 +880,24 @@ class TestCalls(DriverTest):
         ev = self.d.execute("rlm_query('t', context={1, 2})")
         self.assertEqual(ev["error"],
                          "TypeError: rlm_query: an argument is not JSON-serialisable (set)")
+
+    def test_calls_from_threads_are_open_at_once_and_answered_in_any_order(self):
+        rid = self.d.start("import threading\nout = {}\n"
+                           "def ask(p):\n    out[p] = llm_query(p)\n"
+                           "ts = [threading.Thread(target=ask, args=(p,)) for p in 'abc']\n"
+                           "for t in ts: t.start()\nfor t in ts: t.join()\n"
+                           "print(sorted(out.items()))")
+        calls = {}
+        for _ in range(3):   # all three before any reply
+            ev = self.d.event()
+            calls[ev["args"]["prompt"]] = ev["call"]
+        self.assertEqual(sorted(calls), ["a", "b", "c"])
+        self.assertEqual(len(set(calls.values())), 3)
+        for p in "cba":
+            self.d.send({"op": "reply", "id": rid, "call": calls[p], "results": [p.upper()]})
+        ev = self.d.event()
+        self.assertEqual(ev["ev"], "done")
+        self.assertEqual(ev["stdout"], "[('a', 'A'), ('b', 'B'), ('c', 'C')]\n")
 
     def test_wrong_request_while_waiting_for_a_reply(self):
         rid = self.d.start("print(llm_query('q'))")
@@ -1153,7 +1172,7 @@ class TestSocketTransport(unittest.TestCase):
         self.assertEqual((ev["ev"], ev["stdout"]), ("done", "set\n"))
         ev = self.client({"op": "execute", "id": 2, "code": "print(llm_query('q') * 2, x)"},
                          via_file=True)
-        self.assertEqual(ev, {"ev": "call", "id": 2, "kind": "llm_query",
+        self.assertEqual(ev, {"ev": "call", "id": 2, "call": 1, "kind": "llm_query",
                               "args": {"prompt": "q", "model": None}})
         ev = self.client({"op": "reply", "id": 2, "results": ["ab"]})
         self.assertEqual((ev["ev"], ev["stdout"], ev["error"]), ("done", "abab 20\n", None))

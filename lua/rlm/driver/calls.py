@@ -3,45 +3,73 @@
 # the host.
 
 def call(session, kind, args):
-    """Sends a call event and returns the reply's results list; the timer stands still."""
-    line = '{"ev":"call","id":%s,"kind":"%s","args":%s}\n' % (
-        encode(session.request_id), kind, to_json(args, f"{kind}: an argument"))
+    """Sends a call event and returns the reply's results list. Calls from the code's threads
+    are open side by side, each under its own number (over --serve, one at a time: a call
+    there ends its connection); the timer stands still while any is open."""
+    body = to_json(args, f"{kind}: an argument")
+    if session.transport.side_by_side:
+        reply = open_call(session, kind, body)
+    else:
+        with session.serial_lock:
+            reply = open_call(session, kind, body)
+    if reply.get("error") is not None:
+        raise RuntimeError(str(reply["error"]))
+    results = reply.get("results")
+    if not isinstance(results, list):
+        raise RuntimeError("the host's reply carries no results list")
+    return results
+
+
+def open_call(session, kind, body):
+    """Sends the call event and waits for its reply (the request)."""
+    wake = _thread.allocate_lock()
+    wake.acquire()   # held: released (under io_lock) when this call has something to look at
     with session.io_lock:
         if not session.running:
             raise RuntimeError(f"{kind} can only be used while a block runs")
-        session.in_protocol = True
-        left = _signal.setitimer(_signal.ITIMER_REAL, 0)[0]
-        session.timer_end = None
+        session.call_number += 1
+        number = session.call_number
+        if not session.open_calls:
+            session.pause_timer()
+        session.open_calls[number] = wake
         try:
-            session.transport.send(line)
-            return await_reply(session)
-        finally:
-            # A thread's call may end after the block did: the timer then stays stopped.
-            if session.block_running:
-                session.in_protocol = False
-                if session.late_alarm:  # re-fire at once, so it lands in the main thread
-                    session.late_alarm = False
-                    left = 1e-6
-                if left > 0:   # the end is taken before: the timer never runs out sooner
-                    session.timer_end = monotonic() + left
-                    _signal.setitimer(_signal.ITIMER_REAL, left)
+            session.transport.send('{"ev":"call","id":%s,"call":%d,"kind":"%s","args":%s}\n' % (
+                encode(session.request_id), number, kind, body))
+        except BaseException:
+            session.close_call(number)
+            raise
+    try:
+        return await_reply(session, number, wake)
+    finally:
+        with session.io_lock:
+            session.close_call(number)
 
 
-def await_reply(session):
+def await_reply(session, number, wake):
+    """The reply to call `number`. One waiting thread at a time reads requests; a reply for
+    another call is handed to that call, and every waiting call is woken after each read, so
+    that one of them reads next once the reader has its own reply."""
     while True:
-        req = session.next_request()
-        if req is None:
+        with session.io_lock:
+            reply = session.replies.pop(number, None)
+            if reply is not None:
+                return reply
+            reader = not session.reading
+            session.reading = True
+        if not reader:
+            wake.acquire()
             continue
-        if req.get("op") == "reply" and req.get("id") == session.request_id:
-            if req.get("error") is not None:
-                raise RuntimeError(str(req["error"]))
-            results = req.get("results")
-            if not isinstance(results, list):
-                raise RuntimeError("the host's reply carries no results list")
-            return results
-        session.transport.send(error_line(
-            f"code is waiting for the reply to call {session.request_id!r}; "
-            f"got {req.get('op')!r} (id {req.get('id')!r})"))
+        req = None
+        try:
+            req = session.next_request()
+        finally:
+            with session.io_lock:
+                session.reading = False
+                if req is not None:
+                    session.take_reply(req)
+                for lock in session.open_calls.values():
+                    if lock is not wake and lock.locked():
+                        lock.release()
 
 
 def expect_count(results, n, kind):
@@ -161,6 +189,21 @@ def make_helpers(session):
         results = call(session, "rlm_query", {"task": task, "context": context})
         return expect_count(results, 1, "rlm_query")[0]
 
+    def rlm_query_batched(tasks, contexts=None):
+        """Hands each task (with the context at the same place, if given) to a child RLM; the
+        children run side by side; returns their answers in order ("[ERROR] ..." for one that
+        failed)."""
+        tasks = list(tasks)
+        for i, task in enumerate(tasks):
+            check_text(task, f"rlm_query_batched: tasks[{i}]")
+        if contexts is not None:
+            contexts = list(contexts)
+            if len(contexts) != len(tasks):
+                raise ValueError(f"rlm_query_batched: {len(tasks)} tasks but {len(contexts)} "
+                                 f"contexts")
+        results = call(session, "rlm_query_batched", {"tasks": tasks, "contexts": contexts})
+        return expect_count(results, len(tasks), "rlm_query_batched")
+
     def budget():
         """What the run may still spend: calls, tokens, cost (USD), seconds, depth (None: no
         limit), and what it has used. A copy: changing it changes nothing."""
@@ -199,7 +242,7 @@ def make_helpers(session):
             print(f"{row['name']} ({row['type']}{size}): {row['preview']}")
 
     return {f.__name__: f for f in (SUBMIT, llm_query, llm_query_batched, llm_query_batched_iter,
-                                    rlm_query, budget, _rlm_tool, add_buffer, get_buffer,
+                                    rlm_query, rlm_query_batched, budget, _rlm_tool, add_buffer, get_buffer,
                                     clear_buffer, SHOW_VARS)}
 
 

@@ -39,8 +39,9 @@ Requests, host -> driver
       its line in that order, each a variable (a str decoded with surrogateescape), and
       "payload_min":N (absent: the setting, null: none): a SUBMIT field that is a str of N
       characters or more goes back raw too
-  {"op":"reply","id":N,"results":[...]} | {"op":"reply","id":N,"error":"message"}
+  {"op":"reply","id":N,"call":K,"results":[...]} | {"op":"reply","id":N,"call":K,"error":"message"}
                                     answers the call event with the same id (the execute's id)
+                                    and call number K (without "call": the oldest open call)
   {"op":"reset"}    -> {"ev":"reset"}    user globals, imports and buffers cleared
   {"op":"ping"}     -> {"ev":"pong"}     also answered while code waits for a reply
   {"op":"shutdown"} -> {"ev":"bye"}, then exit 0.  EOF on stdin also exits 0.
@@ -55,13 +56,17 @@ Events, driver -> host
       A field at its default may be left out: "" for stdout/stderr, 0 for the counts, null for
       error/traceback/submitted, false for timed_out (a trivial block's event is its id and
       variables)
-  {"ev":"call","id":N,"kind":K,"args":{...}}   the code is blocked until the matching reply:
+  {"ev":"call","id":N,"call":K,"kind":C,"args":{...}}   the thread that made the call is
+      blocked until the matching reply; K numbers the calls of a driver. Calls from several
+      threads are open at once (over --serve, one at a time), answered in any order; the done
+      event comes after the last of them is answered:
       llm_query          {"prompt","model"}   -> results: [text]
       llm_query_batched  {"prompts","model"}  -> results: one text per prompt, in order
       llm_query_batched_start  {"prompts","model"}  -> results: [batch number]; the batch runs on
       llm_query_batched_next   {"batch"}  -> results: [[index, text], ...], the answers that
                          arrived since the last next (at least one; waits for it), until all have
       rlm_query          {"task","context"}   -> results: [text]
+      rlm_query_batched  {"tasks","contexts"} -> results: one text per task, in order
   {"ev":"error","message":"..."}               a request that cannot be served; the driver goes on
 
 Execute semantics
@@ -105,8 +110,9 @@ Execute semantics
   user global of the same name only shadows them): SUBMIT, llm_query(prompt, model=None),
   llm_query_batched(prompts, model=None), llm_query_batched_iter(prompts, model=None) (yields
   (index, answer) as answers arrive), rlm_query(task, context=None), budget(), add_buffer(name,
-  value), get_buffer(name), clear_buffer(name=None), SHOW_VARS(). A reply with error raises
-  RuntimeError(message). Calls from threads are serialised; they fail outside an execute.
+  value), get_buffer(name), clear_buffer(name=None), SHOW_VARS(),
+  rlm_query_batched(tasks, contexts=None). A reply with error raises RuntimeError(message).
+  Calls from threads go side by side; they fail outside an execute.
 - variables lists user globals except modules and __dunder__ names: type name, len or null,
   and a repr preview of at most 100 characters (computed in bounded time for big containers);
   at most 50 of them, so the event stays small and quick whatever the code defines;

@@ -19,6 +19,8 @@ def moved_high(fd):
     return high
 
 class Stdio:
+    side_by_side = True   # calls from threads may be open at once
+
     def __init__(self, fd_in, fd_out):
         self.inp = io.open(fd_in, "rb")
         self.out = fd_out
@@ -47,6 +49,7 @@ class Stdio:
 
 class NoTransport:
     """The transport of a process the code forked: the host's dialogue is its parent's."""
+    side_by_side = False
 
     def fail(self, *args):
         raise RuntimeError("a forked process cannot talk to the host (llm_query and the other "
@@ -68,6 +71,8 @@ def recv_line(conn):
 
 
 class SocketServer:
+    side_by_side = False   # a call event ends its connection: the next one carries the reply
+
     def __init__(self, path):
         import socket
         import stat

@@ -22,7 +22,8 @@ M.defaults = {
   sub_capacity = 500000,      -- what the prompt tells the model a sub-call can read
   inline_context_chars = 65536, -- larger contexts are uploaded as a file, not sent inline
   timeout = 900,              -- sandbox lifetime
-  batch_concurrency = 64,     -- llm_query_batched calls in flight at once
+  batch_concurrency = 64,     -- a run's sub-calls in flight at once, from all its code's threads
+  max_parallel_children = 16, -- a run's child runs (rlm_query, rlm_query_batched) at once
   max_output_tokens = 8192,   -- the output cap sent with each call while max_tokens or max_cost holds
   extract_seconds = 5,        -- under max_time, kept back from the turns for the final extraction
   history = "compact",        -- "compact" | "full" | function(messages, info) -> messages
@@ -83,7 +84,7 @@ function Run:described()
 end
 
 function Run:event(e)
-  e.depth, e.run = self.depth, self.id
+  e.depth, e.run, e.parent = self.depth, self.id, self.parent
   if self.on_event then pcall(self.on_event, e) end
 end
 

@@ -29,7 +29,8 @@ local RUN_OPTIONS = {task = "string", context = "any", model = "string", sub_mod
 -- Interpreter options rlm.run does not pass on: it answers the calls itself.
 local NOT_PASSED = {on_call = true, model = true, sub_model = true, max_llm_calls = true,
                     llm_call_timeout = true, max_depth = true, max_tokens = true, max_cost = true,
-                    child_max_iterations = true, async_execute = true}
+                    child_max_iterations = true, async_execute = true, batch_concurrency = true,
+                    max_parallel_children = true}
 
 local run_counter = 0
 
@@ -368,6 +369,8 @@ function M.new_run(opts)
     llm_call_timeout = option(opts, "llm_call_timeout"), sub_capacity = option(opts, "sub_capacity"),
     inline_context_chars = option(opts, "inline_context_chars"),
     batch_concurrency = option(opts, "batch_concurrency"),
+    call_width = async.semaphore(math.max(1, math.floor(option(opts, "batch_concurrency")))),
+    child_width = async.semaphore(math.max(1, math.floor(option(opts, "max_parallel_children")))),
     max_output_tokens = option(opts, "max_output_tokens"),
     extract_seconds = depth == 0 and opts.max_time
       and math.min(option(opts, "extract_seconds"), opts.max_time * 0.1) or 0,

@@ -178,9 +178,13 @@ function Run:llm_query(prompts, model, kind, on_answer, images)
   local on_result = on_answer and function(n, r)
     on_answer(slots[n], r.error and "[ERROR] " .. tostring(r.error) or r.text)
   end
+  -- The run's calls from every thread of its code share one width (batch_concurrency).
+  local width = math.min(#sends, self.batch_concurrency)
+  self.call_width.acquire(width)
   local ok, results = pcall(llm.batch_prompts, {model = model, timeout = timeout}, sends,
                             {concurrency = self.batch_concurrency, max_tokens = caps,
                              on_result = on_result})
+  self.call_width.release(width)
   if not ok then
     self.budget:settle_all(tickets, label, EMPTY, EMPTY)
     async.check_interrupt()
@@ -221,7 +225,9 @@ function Run:rlm_query(task, context)
     return nil, ("max_time: the run's %g s are up"):format(self.budget:binding("seconds", "max_time"))
   end
   local started = sys.now()
-  local child = self:child_run(setmetatable({
+  -- At most max_parallel_children of this run's children at once, from any thread of its code.
+  self.child_width.acquire()
+  local ok, child = pcall(self.child_run, self, setmetatable({
     task = task, context = context, outputs = {"answer"},
     max_iterations = self.opts.child_max_iterations,
     model = self.sub_model, prompts = self.prompts,
@@ -229,6 +235,8 @@ function Run:rlm_query(task, context)
     _tool_counts = self.tool_counts,
     _parent = self.id, on_event = self.on_event,
   }, {__index = self.opts}))
+  self.child_width.release()
+  if not ok then error(child, 0) end
   self:record{type = "subcall", kind = "rlm_query", turn = self.turn, child = child.run_id,
               duration = sys.now() - started, reason = child.reason}
   local answer = child.answer
@@ -236,14 +244,39 @@ function Run:rlm_query(task, context)
   return {type(answer) == "string" and answer or json.encode(answer)}
 end
 
+-- Children side by side (rlm_query_batched): each task's answer, or "[ERROR] why" in its slot.
+function Run:rlm_query_batched(tasks, contexts)
+  if type(tasks) ~= "table" then return nil, "rlm_query_batched: tasks must be a list" end
+  contexts = type(contexts) == "table" and contexts or EMPTY
+  local slots = async.map(tasks, function(task, i)
+    local context = contexts[i]
+    if context == json.null then context = nil end
+    return self:rlm_query(task, context)
+  end)
+  async.check_interrupt()
+  local texts = {}
+  for i, slot in ipairs(slots) do
+    if not slot.ok then
+      texts[i] = "[ERROR] " .. tostring(slot.error)
+    elseif slot[1] then
+      texts[i] = slot[1][1]
+    else
+      texts[i] = "[ERROR] " .. tostring(slot[2])
+    end
+  end
+  return texts
+end
+
 -- The interpreter's handler for code that calls out (llm_query and friends).
 function Run:on_call(kind, args)
   if self.recorded_calls then return self:recorded_call(kind) end
+  -- Each answer goes into the step's record, so a resume or a replay can give it again: in
+  -- the order the calls came, though calls side by side may end in another.
+  local calls = self.step_calls
+  local at = calls and #calls + 1
+  if calls then calls[at] = {kind = kind} end
   local results, err = self:answer_call(kind, args)
-  -- Each answer goes into the step's record, so a resume or a replay can give it again.
-  if self.step_calls then
-    self.step_calls[#self.step_calls + 1] = {kind = kind, results = results, error = err}
-  end
+  if calls then calls[at].results, calls[at].error = results, err end
   return results, err
 end
 
@@ -302,6 +335,8 @@ function Run:answer_call(kind, args)
     return self:rlm_query(args.task, args.context)
   elseif kind == "tool" then
     return self:tool_call(args)
+  elseif kind == "rlm_query_batched" then
+    return self:rlm_query_batched(args.tasks, args.contexts)
   elseif kind == "budget" then
     local v = self.budget:view(self.max_depth - self.depth - 1)
     v.seconds = self:time_left()
