@@ -242,7 +242,7 @@ def make_helpers(session):
             print(f"{row['name']} ({row['type']}{size}): {row['preview']}")
 
     return {f.__name__: f for f in (SUBMIT, llm_query, llm_query_batched, llm_query_batched_iter,
-                                    rlm_query, rlm_query_batched, budget, _rlm_tool, add_buffer, get_buffer,
-                                    clear_buffer, SHOW_VARS)}
+                                    rlm_query, rlm_query_batched, budget, _rlm_tool, add_buffer,
+                                    get_buffer, clear_buffer, SHOW_VARS)}
 
 
