@@ -12,6 +12,7 @@ local trace = require "rlm.trace"
 
 local Run, option, describe, prompt_chars = common.Run, common.option, common.describe,
   common.prompt_chars
+local spent_since = common.spent_since
 
 local M = {}
 
@@ -219,14 +220,6 @@ local function sandbox_step(fn, ...)
   return false, tostring(res[2])
 end
 
--- What the budget spent since `before` (a usage table).
-local function spent_since(budget, before)
-  local now = budget:usage()
-  return {calls = now.calls - before.calls, llm_calls = now.llm_calls - before.llm_calls,
-          input_tokens = now.input_tokens - before.input_tokens,
-          output_tokens = now.output_tokens - before.output_tokens, cost = now.cost - before.cost}
-end
-
 function Run:loop()
   local desc_type, chars, preview = describe(self.context)
   local vars = {
@@ -247,17 +240,21 @@ function Run:loop()
   for turn = 1, self.max_iterations do
     self.turn = turn
     local t0 = sys.now()
+    local compaction = self.replay and self.replay.compactions[turn]
     if self.replay and not self.replay.steps[turn] then
       if self.replay.only then return {reason = "replayed"} end
+      -- the turn a crash cut short, if any, is replayed as far as it got
+      self.partial = self.replay.partial[turn]
+      if not self.partial then compaction = nil end
       self.replay = nil
       self:record{type = "resume", turn = turn}
     end
     -- A turn is sent only if the extraction can still be afforded after it.
     if self.depth == 0 then self:keep_for_extraction() end
-    if not self.replay then
+    if compaction then
+      messages = self:summarised(messages, compaction.summary)
+    elseif not self.replay then
       messages = self:fit_history(messages)
-    elseif self.replay.compactions[turn] then
-      messages = self:summarised(messages, self.replay.compactions[turn].summary)
     end
     local reply, err, refused, recorded = self:turn_reply(messages)
     if refused then return {reason = budget_reason(err), detail = err, extract = true} end
@@ -277,12 +274,14 @@ function Run:loop()
     local ran, submitted, output, pyvars, feedback = sandbox_step(self.run_code, self, read.code,
                                                                   parse.final(reply.text), read.notes)
     if not ran then return {reason = "sandbox_error", detail = submitted, extract = true} end
-    if recorded then self:compare(recorded) end
+    local replayed = recorded and not recorded.partial
+    if replayed then self:compare(recorded) end
     local step = {type = "step", turn = turn, prompt_chars = request_chars, reply = reply.text,
                   finish_reason = reply.finish_reason,
                   code = self.steps_code, output = output, calls = self.step_calls,
                   feedback = feedback, variables = variables_line(pyvars, self.variables_more),
-                  usage = reply.usage, sub_usage = spent_since(self.budget, before),
+                  usage = reply.usage,
+                  sub_usage = replayed and recorded.sub_usage or spent_since(self.budget, before),
                   duration = sys.now() - t0}
     self.steps[#self.steps + 1] = step
     self:record(step)

@@ -217,26 +217,43 @@ function Run:rlm_query(task, context)
   return {type(answer) == "string" and answer or json.encode(answer)}
 end
 
--- The interpreter's handler for code that calls out (llm_query and friends).
+-- The interpreter's handler for code that calls out (llm_query and friends). Each answer goes
+-- into the step's record, replayed ones too, so a resume or a replay can give it again; a live
+-- one is also recorded at once, so a crash later in the turn does not pay for it again.
 function Run:on_call(kind, args)
-  if self.recorded_calls then return self:recorded_call(kind) end
-  local results, err = self:answer_call(kind, args)
-  -- Each answer goes into the step's record, so a resume or a replay can give it again.
+  local results, err, replayed = self:recorded_call(kind)
+  if not replayed then
+    local before = self.budget:usage()
+    results, err = self:answer_call(kind, args)
+    if self.step_calls then
+      self:record{type = "answer", turn = self.turn, call = #self.step_calls + 1, kind = kind,
+                  results = results, error = err, usage = common.spent_since(self.budget, before)}
+    end
+  end
   if self.step_calls then
     self.step_calls[#self.step_calls + 1] = {kind = kind, results = results, error = err}
   end
   return results, err
 end
 
--- The next recorded answer, while a recording is replayed; the code must ask in the same order.
+-- The next recorded answer while a recording is replayed (results, err, true); the code must
+-- ask in the same order. A turn a crash cut short goes on live once its answers are used up.
 function Run:recorded_call(kind)
-  local call = table.remove(self.recorded_calls, 1)
+  if not self.recorded_calls then return nil, nil, false end
+  local call = self.recorded_calls[1]
+  if self.live_after_recorded and (not call or call.kind ~= kind) then
+    self.recorded_calls = nil
+    return nil, nil, false
+  end
+  table.remove(self.recorded_calls, 1)
   if not call or call.kind ~= kind then
     return nil, ("replay: the code called %s where the recording has %s"):format(
-      kind, call and call.kind or "no more calls")
+      kind, call and call.kind or "no more calls"), true
   end
-  if call.results == nil or call.results == json.null then return nil, call.error end
-  return call.results
+  -- an answer recorded on its own brings what it cost
+  if call.usage then self.budget:add_spent(call.usage, "recorded sub-calls") end
+  if call.results == nil or call.results == json.null then return nil, call.error, true end
+  return call.results, nil, true
 end
 
 function Run:answer_call(kind, args)
