@@ -285,6 +285,7 @@ function Run:loop()
                   duration = sys.now() - t0}
     self.steps[#self.steps + 1] = step
     self:record(step)
+    if self.cache_error then error(self.cache_error, 0) end
     self:warn_budget()
     self:event{type = "turn", turn = turn, max_iterations = self.max_iterations,
                usage = self.budget:usage()}

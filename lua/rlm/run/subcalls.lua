@@ -104,11 +104,15 @@ function Run:cached(label, prompt)
   return nil
 end
 
+-- Writes a sub-call's answer to the cache, whole or not at all (sys.write_file: a temporary
+-- file renamed into place). A failed write is kept in cache_error: the code still gets the
+-- answer it paid for, and the run ends with the error after the turn (loop.lua).
 function Run:remember(label, prompt, res)
   if not self.cache then return end
   local path, key = self:cache_entry(label, prompt)
-  sys.mkdir_p(path:match("^(.*)/[^/]+$"))
-  sys.write_file(path, json.encode{key = key, text = res.text, usage = res.usage})
+  local ok, err = sys.mkdir_p(path:match("^(.*)/[^/]+$"))
+  if ok then ok, err = sys.write_file(path, json.encode{key = key, text = res.text, usage = res.usage}) end
+  if not ok then self.cache_error = self.cache_error or "cannot write the sub-call cache: " .. err end
 end
 
 -- Sub-calls from code: each prompt is checked and reserved before anything is sent; what the
