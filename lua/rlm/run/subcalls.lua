@@ -2,6 +2,7 @@
 -- checked and reserved against the budget before it is sent, and the sub-call cache.
 local async = require "rlm.async"
 local budget_mod = require "rlm.budget"
+local cache = require "rlm.cache"
 local common = require "rlm.run.common"
 local json = require "rlm.json"
 local llm = require "rlm.llm"
@@ -77,42 +78,19 @@ function Run:batch_output(prompts, label)
   return math.max(want, BATCH_MIN_OUTPUT)
 end
 
--- ---------- the sub-call cache ----------
-
-
--- The cache's folder for opts.cache (true: $XDG_CACHE_HOME/rlm, else ~/.cache/rlm), or nil.
-local function cache_dir(cache)
-  if not cache then return nil end
-  if type(cache) == "string" then return cache end
-  return sys.cache_dir() or "/tmp/.cache/rlm"
-end
-
--- The cache entry's path and key for one sub-call.
-function Run:cache_entry(label, prompt)
-  local key = json.encode{model = label, prompt = prompt}
-  local h = sys.hash(key)
-  return ("%s/subcalls/%s/%s.json"):format(self.cache, h:sub(1, 2), h), key
-end
+-- ---------- the sub-call cache (rlm.cache) ----------
 
 -- A cached answer {text, usage} for a sub-call, or nil.
 function Run:cached(label, prompt)
-  if not self.cache then return nil end
-  local path, key = self:cache_entry(label, prompt)
-  local data = sys.read_file(path)
-  local entry = data and json.decode(data)
-  if type(entry) == "table" and entry.key == key and type(entry.text) == "string" then return entry end
-  return nil
+  return self.cache and cache.get(self.cache, label, prompt) or nil
 end
 
--- Writes a sub-call's answer to the cache, whole or not at all (sys.write_file: a temporary
--- file renamed into place). A failed write is kept in cache_error: the code still gets the
--- answer it paid for, and the run ends with the error after the turn (loop.lua).
+-- Keeps a sub-call's answer in the cache. A failed write is kept in cache_error: the code still
+-- gets the answer it paid for, and the run ends with the error after the turn (loop.lua).
 function Run:remember(label, prompt, res)
   if not self.cache then return end
-  local path, key = self:cache_entry(label, prompt)
-  local ok, err = sys.mkdir_p(path:match("^(.*)/[^/]+$"))
-  if ok then ok, err = sys.write_file(path, json.encode{key = key, text = res.text, usage = res.usage}) end
-  if not ok then self.cache_error = self.cache_error or "cannot write the sub-call cache: " .. err end
+  local ok, err = cache.put(self.cache, label, prompt, res)
+  if not ok then self.cache_error = self.cache_error or err end
 end
 
 -- Sub-calls from code: each prompt is checked and reserved before anything is sent; what the
@@ -281,4 +259,4 @@ function Run:answer_call(kind, args)
   return nil, "unknown call: " .. tostring(kind)
 end
 
-return {cache_dir = cache_dir}
+return {cache_dir = cache.dir}
