@@ -1,7 +1,7 @@
---- kill -9 at random moments of a run and of its resumes: every trajectory resumes to the answer
--- of an uninterrupted run, no paid turn or sub-call is asked again (each kill may lose at most
--- the one request it cut in flight: the calls are sequential), and `rlm replay` of the final
--- file finds no difference. RLM_KILL_TRIALS sets the number of trials (default 10),
+--- kill -9 at random moments of a run (with a child run) and of its resumes: every trajectory
+-- resumes to the answer of an uninterrupted run, no paid turn or sub-call is asked again (each
+-- kill may lose at most the one request it cut in flight: the calls are sequential), and
+-- `rlm replay` of the final file finds no difference. RLM_KILL_TRIALS sets the number of trials (default 10),
 -- RLM_KILL_SEED the random seed (printed on failure).
 local T = require "support"
 local F = require "rlm_fixtures"
@@ -12,13 +12,16 @@ local tests = {}
 
 local TRIALS = tonumber(sys.getenv("RLM_KILL_TRIALS") or "") or 10
 local KILLS = 2          -- kills per trial: one in the run, one in its first resume
-local REQUESTS = 6       -- three turns and three sub-calls
+local REQUESTS = 8       -- three turns and two sub-calls; a child's two turns and its sub-call
 
 local function script()
   return {rules = {
     {match = "^SUB", reply_expr = "'ans ' + prompt[4:]"},
+    -- the child (rlm_query) runs on the sub-model
+    {model = "^kid", match = "Task: inner", reply = F.code("c = llm_query('SUB 3')\nprint(c)")},
+    {model = "^kid", match = "Turn 2 of", reply = F.code("SUBMIT(answer=c)")},
     {match = "Task: kills", reply = F.code("x = llm_query('SUB 1')\nprint(x)")},
-    {match = "Turn 2 of", reply = F.code("y = llm_query('SUB 2')\nz = llm_query('SUB 3')\n"
+    {match = "Turn 2 of", reply = F.code("y = llm_query('SUB 2')\nz = rlm_query('inner')\n"
                                           .. "print(y, z)")},
     {match = "Turn 3 of", reply = F.code("SUBMIT(answer=x + '|' + y + '|' + z)")},
   }}
@@ -35,7 +38,7 @@ end
 
 local function argv_for(path)
   if has_start(path) then return {T.rlm, "ask", "--resume", path, "--quiet"} end
-  return {T.rlm, "ask", "kills", "--trace", path, "--quiet"}
+  return {T.rlm, "ask", "kills", "--sub-model", "openai/kid-model", "--trace", path, "--quiet"}
 end
 
 -- Starts the run (or its resume), kills it with SIGKILL after `after` seconds; returns whether
@@ -64,7 +67,7 @@ function()
   local env = F.env(server, {TMPDIR = dir})
   -- the uninterrupted run: its answer, its requests and how long it takes
   local t0 = sys.now()
-  local base = T.run_rlm({"ask", "kills", "--trace", dir .. "/base.jsonl", "--quiet"}, {env = env})
+  local base = T.run_rlm({table.unpack(argv_for(dir .. "/base.jsonl"), 2)}, {env = env})
   local span = sys.now() - t0
   T.eq(base.code, 0, base.stderr)
   T.eq(base.stdout, "ans 1|ans 2|ans 3\n")

@@ -151,4 +151,29 @@ tests["a trajectory cut mid-record resumes, and is replaced whole, not cut or gl
   replay_clean(path, server)
 end
 
+tests["a kill inside a child run: the resume replays the child's own turns, not asks them again"] =
+function()
+  local server = F.model{rules = {
+    {match = "^SUB slow", reply = "zzz", latency_ms = 3000},
+    {match = "^SUB", reply_expr = "'sub ' + prompt[4:]"},
+    -- the child (rlm_query) runs on the sub-model
+    {model = "^kid", match = "Task: inner", reply = F.code("a = llm_query('SUB c1')\nprint(a)")},
+    {model = "^kid", match = "Turn 2 of", reply = F.code("b = llm_query('SUB slow')\nprint(b)")},
+    {model = "^kid", match = "Turn 3 of", reply = F.code("SUBMIT(answer=a + '+' + b)")},
+    {match = "Task: outer", reply = F.code("r = rlm_query('inner')\nprint(r)")},
+    {match = "Turn 2 of", reply = F.code("SUBMIT(answer='got ' + r)")},
+  }}
+  local dir = T.tmpdir()
+  local path = dir .. "/run.jsonl"
+  local env = F.env(server, {TMPDIR = dir})
+  local proc = start({"outer", "--sub-model", "openai/kid-model", "--trace", path, "--quiet"}, env)
+  wait_requests(server, 5)          -- root turn 1, child turns 1-2, SUB c1, SUB slow in flight
+  kill9(proc)
+  local r = T.run_rlm({"ask", "--resume", path, "--quiet"}, {env = env})
+  T.eq(r.code, 0, r.stderr)
+  T.eq(r.stdout, "got sub c1+zzz\n")
+  T.eq(F.stats(server).requests, 8, "SUB slow again, the child's turn 3, the root's turn 2")
+  replay_clean(path, server)
+end
+
 return tests

@@ -25,7 +25,8 @@ local RUN_OPTIONS = {task = "string", context = "any", model = "string", sub_mod
   context_window = "number", resume = "any", cache = "any", child_max_iterations = "number",
   history = "any", prompt_cache = "any",
   -- internal: a child run's share of its parent
-  _budget = "any", _depth = "any", _trace = "any", _parent = "any", _replay = "any", _append = "any"}
+  _budget = "any", _depth = "any", _trace = "any", _parent = "any", _replay = "any", _append = "any",
+  _slot = "any", _recording = "any"}
 
 -- Interpreter options rlm.run does not pass on: it answers the calls itself.
 local NOT_PASSED = {on_call = true, model = true, sub_model = true, max_llm_calls = true,
@@ -362,7 +363,9 @@ function M.new_run(opts)
     child_budget = opts.child_budget, context_windows = opts.context_windows,
     history = option(opts, "history"), compact_at = option(opts, "compact_at"),
     final_beside_code = option(opts, "final_beside_code"), prompt_cache = option(opts, "prompt_cache"),
-    replay = opts._replay, differences = opts._replay and {} or nil,
+    replay = opts._replay or nil, differences = opts._replay and {} or nil,
+    -- where this run sits in its tree ("" the root), and a resumed tree's recorded runs
+    slot = opts._slot or "", recording = opts._recording,
     cache = subcalls.cache_dir(opts.cache), cache_hits = 0, cache_saved = 0,
     prompts = prompts, depth = depth, parent = opts._parent,
     id = ("r%d-%d"):format(sys.getpid(), run_counter),

@@ -185,12 +185,14 @@ function Run:rlm_query(task, context)
     return nil, ("max_time: the run's %g s are up"):format(self.budget:binding("seconds", "max_time"))
   end
   local started = sys.now()
+  -- the child's place in the tree: a resumed run's child replays what it recorded there
+  local slot = ("%s/%d.%d"):format(self.slot, self.turn or 0, #(self.step_calls or {}) + 1)
   local child = self:child_run(setmetatable({
     task = task, context = context, outputs = {"answer"},
     max_iterations = self.opts.child_max_iterations,
     model = self.sub_model, prompts = self.prompts,
     _budget = self.budget:child(self.child_budget), _depth = self.depth + 1, _trace = self.tracer,
-    _parent = self.id, on_event = self.on_event,
+    _parent = self.id, on_event = self.on_event, _slot = slot, _replay = self:child_replay(slot),
   }, {__index = self.opts}))
   self:record{type = "subcall", kind = "rlm_query", turn = self.turn, child = child.run_id,
               duration = sys.now() - started, reason = child.reason}
