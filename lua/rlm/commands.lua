@@ -13,6 +13,7 @@ commands:
   trace FILE.jsonl         summarise a trajectory, or render it (--html OUT.html)
   trace export FILE ...    trajectories as chat-format JSONL for fine-tuning
   replay FILE.jsonl        run a trajectory again on its recorded answers; report differences
+  cache [show|prune|clear] the sub-call cache: where, how many entries, how big; remove them
   bench TASK               the paper's evaluations with your key: accuracy, cost, spread
   skill list|show|NAME     the bundled recipes (and yours, from RLM_SKILLS_PATH)
   exec CODE|-              run one block of Python in a fresh sandbox (--backend, --volume, --json)
@@ -57,7 +58,7 @@ M.MODULES = {
   ask = "rlm.cmd.ask", trace = "rlm.cmd.trace", serve = "rlm.cmd.serve", replay = "rlm.cmd.replay",
   bench = "rlm.cmd.bench", skill = "rlm.cmd.skill", mcp = "rlm.cmd.mcp",
   exec = "rlm.cmd.exec", ["daytona-smoke"] = "rlm.cmd.daytona_smoke",
-  sandboxes = "rlm.cmd.sandboxes",
+  sandboxes = "rlm.cmd.sandboxes", cache = "rlm.cmd.cache",
 }
 
 --- The help text of command name, or nil when there is no such command.

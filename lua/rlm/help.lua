@@ -7,7 +7,7 @@ local commands = require "rlm.commands"
 local M = {}
 
 -- The commands in the order the man page and docs/cli.md give them.
-M.ORDER = {"run", "-e", "exec", "ask", "trace", "trace export", "replay", "bench", "skill", "mcp", "mcp deploy", "serve",
+M.ORDER = {"run", "-e", "exec", "ask", "trace", "trace export", "replay", "cache", "bench", "skill", "mcp", "mcp deploy", "serve",
            "daytona-smoke", "sandboxes", "version", "help"}
 
 M.SUMMARY = "Recursive Language Model runs: a model writes Python, a sandbox runs it"

@@ -71,8 +71,9 @@ local function event_writer(path)
     if not f then error("cannot write --events " .. path .. ": " .. tostring(err), 0) end
   end
   return function(record)
-    f:write(json.encode(record), "\n")
-    f:flush()
+    local ok, err = f:write(json.encode(record), "\n")
+    if ok then ok, err = f:flush() end
+    if not ok then error("cannot write --events " .. path .. ": " .. tostring(err), 0) end
   end
 end
 

@@ -125,6 +125,14 @@ function Run:settle(ticket, label, res)
   self.budget:settle(ticket, label, res.usage or {}, self:cost_of(label, res.usage))
 end
 
+-- What the budget spent since `before` (a usage table).
+function M.spent_since(budget, before)
+  local now = budget:usage()
+  return {calls = now.calls - before.calls, llm_calls = now.llm_calls - before.llm_calls,
+          input_tokens = now.input_tokens - before.input_tokens,
+          output_tokens = now.output_tokens - before.output_tokens, cost = now.cost - before.cost}
+end
+
 function M.prompt_chars(req)
   local n = #(req.system or "")
   for _, m in ipairs(req.messages) do n = n + #m.content end

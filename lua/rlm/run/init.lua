@@ -51,11 +51,12 @@ function M.run(opts)
   -- The root's trajectory goes to a collector when one is named (a child's is in the root's).
   local otel_url = owns_trace and require("rlm.otel").endpoint(opts.otel)
   local chars = select(2, self:described())
-  if not opts._replay or not opts._append then
+  -- A resumed root appends to its own file; a child names its slot for a later resume.
+  if opts._depth or not (opts._replay and opts._append) then
     -- A small context is kept in the record, so `rlm replay` and `--resume` need nothing else.
     self:record{type = "start", task = self.task, model = self.model, sub_model = self.sub_model,
                 outputs = self.outputs, context_chars = chars, execute_timeout = opts.execute_timeout,
-                max_output_chars = self.max_output_chars,
+                max_output_chars = self.max_output_chars, slot = opts._slot,
                 context = chars <= self.inline_context_chars and self.context or nil}
   end
   local ok, result = pcall(self.go, self, interp)

@@ -11,6 +11,7 @@ local sys = require "rlm.sys"
 local trace = require "rlm.trace"
 
 local Run, option, prompt_chars = common.Run, common.option, common.prompt_chars
+local spent_since = common.spent_since
 
 local M = {}
 
@@ -24,7 +25,7 @@ local RUN_OPTIONS = {task = "string", context = "any", model = "string", sub_mod
   history = "any", prompt_cache = "any", otel = "any",
   -- internal: a child run's share of its parent
   _budget = "any", _depth = "any", _trace = "any", _parent = "any", _replay = "any", _append = "any",
-  _tool_counts = "any"}
+  _tool_counts = "any", _slot = "any", _recording = "any"}
 
 -- Interpreter options rlm.run does not pass on: it answers the calls itself.
 local NOT_PASSED = {on_call = true, model = true, sub_model = true, max_llm_calls = true,
@@ -221,14 +222,6 @@ local function sandbox_step(fn, ...)
   return false, tostring(res[2])
 end
 
--- What the budget spent since `before` (a usage table).
-local function spent_since(budget, before)
-  local now = budget:usage()
-  return {calls = now.calls - before.calls, llm_calls = now.llm_calls - before.llm_calls,
-          input_tokens = now.input_tokens - before.input_tokens,
-          output_tokens = now.output_tokens - before.output_tokens, cost = now.cost - before.cost}
-end
-
 function Run:loop()
   local desc_type, chars, preview = self:described()
   local vars = {
@@ -251,17 +244,21 @@ function Run:loop()
   for turn = 1, self.max_iterations do
     self.turn = turn
     local t0 = sys.now()
+    local compaction = self.replay and self.replay.compactions[turn]
     if self.replay and not self.replay.steps[turn] then
       if self.replay.only then return {reason = "replayed"} end
+      -- the turn a crash cut short, if any, is replayed as far as it got
+      self.partial = self.replay.partial[turn]
+      if not self.partial then compaction = nil end
       self.replay = nil
       self:record{type = "resume", turn = turn}
     end
     -- A turn is sent only if the extraction can still be afforded after it.
     if self.depth == 0 then self:keep_for_extraction() end
-    if not self.replay then
+    if compaction then
+      messages = self:summarised(messages, compaction.summary)
+    elseif not self.replay then
       messages = self:fit_history(messages)
-    elseif self.replay.compactions[turn] then
-      messages = self:summarised(messages, self.replay.compactions[turn].summary)
     end
     local reply, err, refused, recorded = self:turn_reply(messages)
     if refused then return {reason = budget_reason(err), detail = err, extract = true} end
@@ -284,15 +281,18 @@ function Run:loop()
     local ran, submitted, output, pyvars, feedback = sandbox_step(self.run_code, self, read.code,
                                                                   parse.final(reply.text), read.notes)
     if not ran then return {reason = "sandbox_error", detail = submitted, extract = true} end
-    if recorded then self:compare(recorded) end
+    local replayed = recorded and not recorded.partial
+    if replayed then self:compare(recorded) end
     local step = {type = "step", turn = turn, prompt_chars = request_chars, reply = reply.text,
                   finish_reason = reply.finish_reason,
                   code = self.steps_code, output = output, calls = self.step_calls,
                   feedback = feedback, variables = variables_line(pyvars, self.variables_more),
-                  usage = reply.usage, sub_usage = spent_since(self.budget, before),
+                  usage = reply.usage,
+                  sub_usage = replayed and recorded.sub_usage or spent_since(self.budget, before),
                   duration = sys.now() - t0}
     self.steps[#self.steps + 1] = step
     self:record(step)
+    if self.cache_error then error(self.cache_error, 0) end
     self:warn_budget()
     self:event{type = "turn", turn = turn, max_iterations = self.max_iterations,
                usage = self.budget:usage()}
@@ -377,7 +377,9 @@ function M.new_run(opts)
     child_budget = opts.child_budget, context_windows = opts.context_windows,
     history = option(opts, "history"), compact_at = option(opts, "compact_at"),
     final_beside_code = option(opts, "final_beside_code"), prompt_cache = option(opts, "prompt_cache"),
-    replay = opts._replay, differences = opts._replay and {} or nil,
+    replay = opts._replay or nil, differences = opts._replay and {} or nil,
+    -- where this run sits in its tree ("" the root), and a resumed tree's recorded runs
+    slot = opts._slot or "", recording = opts._recording,
     cache = subcalls.cache_dir(opts.cache), cache_hits = 0, cache_saved = 0,
     prompts = prompts, depth = depth, parent = opts._parent,
     id = ("r%d-%d"):format(sys.getpid(), run_counter),

@@ -2,6 +2,7 @@
 -- checked and reserved against the budget before it is sent, and the sub-call cache.
 local async = require "rlm.async"
 local budget_mod = require "rlm.budget"
+local cache = require "rlm.cache"
 local common = require "rlm.run.common"
 local images_mod = require "rlm.images"
 local json = require "rlm.json"
@@ -78,38 +79,19 @@ function Run:batch_output(prompts, label)
   return math.max(want, BATCH_MIN_OUTPUT)
 end
 
--- ---------- the sub-call cache ----------
-
-
--- The cache's folder for opts.cache (true: $XDG_CACHE_HOME/rlm, else ~/.cache/rlm), or nil.
-local function cache_dir(cache)
-  if not cache then return nil end
-  if type(cache) == "string" then return cache end
-  return sys.cache_dir() or "/tmp/.cache/rlm"
-end
-
--- The cache entry's path and key for one sub-call.
-function Run:cache_entry(label, prompt)
-  local key = json.encode{model = label, prompt = prompt}
-  local h = sys.hash(key)
-  return ("%s/subcalls/%s/%s.json"):format(self.cache, h:sub(1, 2), h), key
-end
+-- ---------- the sub-call cache (rlm.cache) ----------
 
 -- A cached answer {text, usage} for a sub-call, or nil.
 function Run:cached(label, prompt)
-  if not self.cache then return nil end
-  local path, key = self:cache_entry(label, prompt)
-  local data = sys.read_file(path)
-  local entry = data and json.decode(data)
-  if type(entry) == "table" and entry.key == key and type(entry.text) == "string" then return entry end
-  return nil
+  return self.cache and cache.get(self.cache, label, prompt) or nil
 end
 
+-- Keeps a sub-call's answer in the cache. A failed write is kept in cache_error: the code still
+-- gets the answer it paid for, and the run ends with the error after the turn (loop.lua).
 function Run:remember(label, prompt, res)
   if not self.cache then return end
-  local path, key = self:cache_entry(label, prompt)
-  sys.mkdir_p(path:match("^(.*)/[^/]+$"))
-  sys.write_file(path, json.encode{key = key, text = res.text, usage = res.usage})
+  local ok, err = cache.put(self.cache, label, prompt, res)
+  if not ok then self.cache_error = self.cache_error or err end
 end
 
 -- Sub-calls from code: each prompt is checked and reserved before anything is sent; what the
@@ -210,7 +192,7 @@ function Run:llm_query(prompts, model, kind, on_answer, images)
   return texts
 end
 
-function Run:rlm_query(task, context)
+function Run:rlm_query(task, context, at, item)
   if self.depth + 1 >= self.max_depth then
     local prompt = context and (task .. "\n\nContext:\n" .. tostring(context)) or task
     return self:llm_query({prompt}, nil, "rlm_query_fallback")
@@ -225,6 +207,10 @@ function Run:rlm_query(task, context)
     return nil, ("max_time: the run's %g s are up"):format(self.budget:binding("seconds", "max_time"))
   end
   local started = sys.now()
+  -- the child's place in the tree: a resumed run's child replays what it recorded there (at:
+  -- the call's place in its turn; item: its place in an rlm_query_batched)
+  local slot = ("%s/%d.%d%s"):format(self.slot, self.turn or 0, at or #(self.step_calls or {}) + 1,
+                                     item and ("." .. item) or "")
   -- At most max_parallel_children of this run's children at once, from any thread of its code.
   self.child_width.acquire()
   local ok, child = pcall(self.child_run, self, setmetatable({
@@ -232,7 +218,7 @@ function Run:rlm_query(task, context)
     max_iterations = self.opts.child_max_iterations,
     model = self.sub_model, prompts = self.prompts,
     _budget = self.budget:child(self.child_budget), _depth = self.depth + 1, _trace = self.tracer,
-    _tool_counts = self.tool_counts,
+    _tool_counts = self.tool_counts, _slot = slot, _replay = self:child_replay(slot),
     _parent = self.id, on_event = self.on_event,
   }, {__index = self.opts}))
   self.child_width.release()
@@ -245,13 +231,13 @@ function Run:rlm_query(task, context)
 end
 
 -- Children side by side (rlm_query_batched): each task's answer, or "[ERROR] why" in its slot.
-function Run:rlm_query_batched(tasks, contexts)
+function Run:rlm_query_batched(tasks, contexts, at)
   if type(tasks) ~= "table" then return nil, "rlm_query_batched: tasks must be a list" end
   contexts = type(contexts) == "table" and contexts or EMPTY
   local slots = async.map(tasks, function(task, i)
     local context = contexts[i]
     if context == json.null then context = nil end
-    return self:rlm_query(task, context)
+    return self:rlm_query(task, context, at, i)
   end)
   async.check_interrupt()
   local texts = {}
@@ -267,28 +253,46 @@ function Run:rlm_query_batched(tasks, contexts)
   return texts
 end
 
--- The interpreter's handler for code that calls out (llm_query and friends).
+-- The interpreter's handler for code that calls out (llm_query and friends). Each answer goes
+-- into the step's record, replayed ones too, so a resume or a replay can give it again: in the
+-- order the calls came, though calls side by side may end in another. A live one is also
+-- recorded at once, so a crash later in the turn does not pay for it again.
 function Run:on_call(kind, args)
-  if self.recorded_calls then return self:recorded_call(kind) end
-  -- Each answer goes into the step's record, so a resume or a replay can give it again: in
-  -- the order the calls came, though calls side by side may end in another.
   local calls = self.step_calls
   local at = calls and #calls + 1
   if calls then calls[at] = {kind = kind} end
-  local results, err = self:answer_call(kind, args)
+  local results, err, replayed = self:recorded_call(kind)
+  if not replayed then
+    local before = self.budget:usage()
+    args._at = at
+    results, err = self:answer_call(kind, args)
+    if calls then
+      self:record{type = "answer", turn = self.turn, call = at, kind = kind,
+                  results = results, error = err, usage = common.spent_since(self.budget, before)}
+    end
+  end
   if calls then calls[at].results, calls[at].error = results, err end
   return results, err
 end
 
--- The next recorded answer, while a recording is replayed; the code must ask in the same order.
+-- The next recorded answer while a recording is replayed (results, err, true); the code must
+-- ask in the same order. A turn a crash cut short goes on live once its answers are used up.
 function Run:recorded_call(kind)
-  local call = table.remove(self.recorded_calls, 1)
+  if not self.recorded_calls then return nil, nil, false end
+  local call = self.recorded_calls[1]
+  if self.live_after_recorded and (not call or call.kind ~= kind) then
+    self.recorded_calls = nil
+    return nil, nil, false
+  end
+  table.remove(self.recorded_calls, 1)
   if not call or call.kind ~= kind then
     return nil, ("replay: the code called %s where the recording has %s"):format(
-      kind, call and call.kind or "no more calls")
+      kind, call and call.kind or "no more calls"), true
   end
-  if call.results == nil or call.results == json.null then return nil, call.error end
-  return call.results
+  -- an answer recorded on its own brings what it cost
+  if call.usage then self.budget:add_spent(call.usage, "recorded sub-calls") end
+  if call.results == nil or call.results == json.null then return nil, call.error, true end
+  return call.results, nil, true
 end
 
 -- A call of one of the user's tools (rlm.tools): its max_calls and price held for the whole
@@ -332,11 +336,11 @@ function Run:answer_call(kind, args)
   elseif kind == "llm_query_batched_next" then
     return self:next_answers(args.batch)
   elseif kind == "rlm_query" then
-    return self:rlm_query(args.task, args.context)
+    return self:rlm_query(args.task, args.context, args._at)
   elseif kind == "tool" then
     return self:tool_call(args)
   elseif kind == "rlm_query_batched" then
-    return self:rlm_query_batched(args.tasks, args.contexts)
+    return self:rlm_query_batched(args.tasks, args.contexts, args._at)
   elseif kind == "budget" then
     local v = self.budget:view(self.max_depth - self.depth - 1)
     v.seconds = self:time_left()
@@ -348,4 +352,4 @@ function Run:answer_call(kind, args)
   return nil, "unknown call: " .. tostring(kind)
 end
 
-return {cache_dir = cache_dir}
+return {cache_dir = cache.dir}
