@@ -43,10 +43,8 @@ Work like this:
    judgement over chunks of text, keeping each prompt well under the limit above.
 4. You have {{max_iterations}} replies and {{max_llm_calls}} sub-model calls in all: batch your
    calls and aggregate their answers in Python.
-5. Finish with SUBMIT({{submit_signature}}) in a ```repl block, only after you have printed
-   and checked the values. (FINAL_VAR(variable_name) on a line of its own outside the code also
-   finishes; FINAL(text) there is taken only in a reply without code, once you have seen the
-   output it rests on.)]]
+5. Finish by calling SUBMIT({{submit_signature}}) in a ```repl block, only after you have
+   printed and checked the values. The block ends at that call.]]
 
 M.first = [[
 Task: {{task}}

@@ -89,4 +89,20 @@ tests["blocks after a failing block are skipped, and the model is told"] = funct
   T.contains(outputs, "A block raised an error, so the 2 block(s) after it did not run.")
 end
 
+tests["FINAL_VAR and FINAL inside code finish at the call; what follows never runs"] = function()
+  -- alexzhang13/rlm PR #115: models call FINAL_VAR(x) in the code as a natural pattern.
+  F.model{rules = {
+    {match = "Task: var", reply = F.code("answer = str(6 * 7)\nFINAL_VAR(answer)\n"
+      .. "print('AFTER')\nSUBMIT(answer='second')")},
+    {match = "Task: name", reply = F.code("total = 40 + 2\nFINAL_VAR('total')")},
+    {match = "Task: both", reply = F.code("FINAL('first')\nFINAL_VAR('x')") .. "FINAL(prose)\n"},
+  }}
+  for task, want in pairs{var = "42\n", name = "42\n", both = "first\n"} do
+    local r, outputs = ask(task, sys.environ())
+    T.eq(r.code, 0, r.stderr)
+    T.eq(r.stdout, want, task)
+    T.truthy(not outputs:find("AFTER", 1, true), "nothing after the call ran")
+  end
+end
+
 return tests
