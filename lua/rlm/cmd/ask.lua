@@ -15,7 +15,8 @@ usage: rlm ask "TASK" [--context FILE|-] [--model M] [--sub-model M] [--backend 
                       [--max-time S] [--execute-timeout S] [--llm-call-timeout S]
                       [--sub-models a,b] [--prices FILE.json] [--limit NAME=VALUE]...
                       [--context-window N] [--history full|compact] [--resume FILE.jsonl]
-                      [--cache] [--events FILE|-] [--quiet]
+                      [--cache] [--events FILE|-] [--reasoning-effort minimal|low|medium|high]
+                      [--quiet]
 
 Runs the RLM loop: the model explores the context in a sandbox by writing Python, until its
 code calls SUBMIT. Prints the answer (or, with --json, every output field and the run's usage).
@@ -26,6 +27,10 @@ Budgets hold for the whole tree of sub-calls and child runs: --max-llm-calls (ca
 for code), --max-tokens, --max-cost (needs a price for every model: rlm.prices, --prices or
 RLM_PRICES), --max-time (a deadline for everything, code included). --sub-models lists the
 models llm_query(model=...) may use (default: the sub-model).
+--reasoning-effort minimal|low|medium|high: how much a reasoning model (OpenAI's o-series and
+gpt-5; a Claude model thinks with a budget of 1k/4k/16k/32k tokens) reasons before each answer.
+A turn may write up to its model's output limit (llm.output_limits); a sub-call's answer is
+held to 8192 tokens, with room for the reasoning above that.
 --limit NAME=VALUE sets a resource limit of the sandboxes (as for `rlm exec`).
 History: --context-window N (tokens; default from the model's known window) and
 --history full|compact (compact: older turns are summarised near 0.8 of the window).
@@ -44,7 +49,8 @@ local SPEC = {context = "string", model = "string", sub_model = "string", backen
               max_time = "number", max_tokens = "number", quiet = "flag", limit = "assign",
               execute_timeout = "number", llm_call_timeout = "number", sub_models = "list",
               prices = "string", context_window = "number", history = "string",
-              resume = "string", cache = "flag", events = "string"}
+              resume = "string", cache = "flag", events = "string",
+              reasoning_effort = "string"}
 
 -- Writes each record as one JSON line to path ("-": stdout), flushed at once.
 local function event_writer(path)
@@ -100,6 +106,7 @@ function M.main(argv)
     llm_call_timeout = opts.llm_call_timeout, sub_models = opts.sub_models, prices_file = opts.prices,
     context_window = opts.context_window, history = opts.history, resume = opts.resume,
     cache = opts.cache or nil, events = opts.events and event_writer(opts.events),
+    reasoning_effort = opts.reasoning_effort,
   }
   local answered = res.submitted or res.extracted
   -- with --events -, stdout carries the events only

@@ -255,6 +255,8 @@ local function integer(description, minimum, maximum)
 end
 
 local CODE_TIMEOUT = number("seconds before the code is stopped (default 300)", 0.1)
+local REASONING = str("how much a reasoning model thinks before each answer (rlm.run's " ..
+  "reasoning_effort; default: the model's own)", {enum = {"minimal", "low", "medium", "high"}})
 
 -- ---------------------------------------------------------------- the tool set
 -- One entry a tool, in the order clients see them: name, title, description, inputSchema,
@@ -275,6 +277,7 @@ M.definitions = {
       outputs = {type = "array", items = {type = "string"},
                  description = "names of the output fields (default: answer)"},
       max_iterations = integer("turns before the run gives up (default 20)", 1, 100),
+      reasoning_effort = REASONING,
     }, {"task"}),
     annotations = {readOnlyHint = false, openWorldHint = true},
     loop = function(args)
@@ -290,6 +293,7 @@ M.definitions = {
     inputSchema = object({
       data = str("the data to analyze"),
       question = str("the question to answer", {minLength = 1}),
+      reasoning_effort = REASONING,
     }, {"data", "question"}),
     annotations = {readOnlyHint = true, openWorldHint = true},
     loop = function(args)
@@ -306,6 +310,7 @@ M.definitions = {
       language = str("the language (default python; others run through subprocess)"),
       tests = str("test cases or checks the code must pass"),
       context = str("existing code or data the task refers to"),
+      reasoning_effort = REASONING,
     }, {"task"}),
     aliases = {description = "task"},
     annotations = {readOnlyHint = true, openWorldHint = true},
@@ -325,6 +330,7 @@ M.definitions = {
       task = str("the task to split", {minLength = 1}),
       context = str("material every sub-task may use"),
       max_subtasks = integer("at most this many sub-tasks (default 5)", 1, 10),
+      reasoning_effort = REASONING,
     }, {"task"}),
     aliases = {complex_task = "task", num_subtasks = "max_subtasks"},
     annotations = {readOnlyHint = false, openWorldHint = true},
@@ -332,7 +338,8 @@ M.definitions = {
       local n = args.max_subtasks or 5
       local plan = server:run_loop(ctx, {
         task = prompts.render(prompts.mcp_plan, {max_subtasks = n, task = args.task}),
-        context = args.context, outputs = {"subtasks"}, max_iterations = 6},
+        context = args.context, outputs = {"subtasks"}, max_iterations = 6,
+        reasoning_effort = args.reasoning_effort},
         function() ctx.progress(0.5, n + 2, "planning") end)
       local subtasks = plan.fields and plan.fields.subtasks
       if type(subtasks) ~= "table" or #subtasks == 0 then
@@ -347,7 +354,7 @@ M.definitions = {
         tasks[i] = cancellable(ctx, function()
           sem.acquire()
           local ok, res = pcall(server.run_loop, server, ctx, {task = sub, context = args.context,
-                                                               outputs = {"answer"}}, function() end)
+            outputs = {"answer"}, reasoning_effort = args.reasoning_effort}, function() end)
           sem.release()
           done = done + 1
           ctx.progress(done, #subtasks + 2, "sub-task " .. i .. " finished")
@@ -535,6 +542,7 @@ local function runner(server, def)
   if def.loop then
     return function(args, ctx)
       local opts, outputs = def.loop(args)
+      opts.reasoning_effort = args.reasoning_effort
       return loop_result(server:run_loop(ctx, opts), outputs)
     end
   elseif def.session then

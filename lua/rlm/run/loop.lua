@@ -21,7 +21,7 @@ local RUN_OPTIONS = {task = "string", context = "any", model = "string", sub_mod
   trace = "string", on_event = "function", events = "function", prompts = "table",
   child_budget = "any",
   sub_models = "table", prices = "table", prices_file = "string", context_windows = "table",
-  context_window = "number", resume = "any", cache = "any", child_max_iterations = "number",
+  context_window = "number", output_limits = "table", reasoning_effort = "string", resume = "any", cache = "any", child_max_iterations = "number",
   history = "any", prompt_cache = "any",
   -- internal: a child run's share of its parent
   _budget = "any", _depth = "any", _trace = "any", _parent = "any", _replay = "any", _append = "any"}
@@ -360,6 +360,7 @@ function M.new_run(opts)
     extract_seconds = depth == 0 and opts.max_time
       and math.min(option(opts, "extract_seconds"), opts.max_time * 0.1) or 0,
     child_budget = opts.child_budget, context_windows = opts.context_windows,
+    output_limits = opts.output_limits, reasoning_effort = opts.reasoning_effort,
     history = option(opts, "history"), compact_at = option(opts, "compact_at"),
     final_beside_code = option(opts, "final_beside_code"), prompt_cache = option(opts, "prompt_cache"),
     replay = opts._replay, differences = opts._replay and {} or nil,
@@ -380,6 +381,9 @@ function M.new_run(opts)
     or llm.context_window(llm.label(model), opts.context_windows)
   if self.prompt_cache ~= "auto" and type(self.prompt_cache) ~= "boolean" then
     error('prompt_cache must be "auto", true or false', 0)
+  end
+  if self.reasoning_effort and not llm.reasoning_tokens[self.reasoning_effort] then
+    error('reasoning_effort must be "minimal", "low", "medium" or "high"', 0)
   end
   if self.final_beside_code ~= "wait" and self.final_beside_code ~= "accept" then
     error('final_beside_code must be "wait" or "accept"', 0)

@@ -60,8 +60,10 @@ end
 local BATCH_MIN_OUTPUT = 256
 
 function Run:batch_output(prompts, label)
-  local want = self.max_output_tokens
-  if #prompts < 2 then return want end
+  local longest = 0
+  for _, p in ipairs(prompts) do longest = math.max(longest, #p) end
+  local want, send = self:output_cap(label, longest, true)
+  if #prompts < 2 then return want, send end
   local r = self.budget:remaining()
   local keep, keep_cost = self.budget:kept()
   local prompt_tokens = 0
@@ -74,7 +76,7 @@ function Run:batch_output(prompts, label)
     local room = r.cost - keep_cost - prompt_tokens * price.input / 1e6
     want = math.min(want, math.floor(room * 1e6 / price.output / #prompts))
   end
-  return math.max(want, BATCH_MIN_OUTPUT)
+  return math.max(want, BATCH_MIN_OUTPUT), send
 end
 
 -- ---------- the sub-call cache ----------
@@ -121,7 +123,7 @@ function Run:llm_query(prompts, model, kind)
   local started = sys.now()
   local texts, sends, caps, tickets, slots = {}, {}, {}, {}, {}
   local refusal   -- a refusal's text, for llm_query (one prompt) to raise
-  local output = self:batch_output(prompts, label)
+  local output, send = self:batch_output(prompts, label)
   -- looked up once for the batch (false: none)
   local price = self:price(label) or false
   local window = llm.context_window(label, self.context_windows) or false
@@ -154,14 +156,16 @@ function Run:llm_query(prompts, model, kind)
     local ticket = granted[c]
     if ticket then
       local n = #sends + 1
-      sends[n], caps[n], tickets[n], slots[n] = prompts[i], ticket.max_tokens, ticket, i
+      sends[n], tickets[n], slots[n] = prompts[i], ticket, i
+      caps[n] = ticket.max_tokens or send and output or nil
     else
       texts[i] = "[ERROR] " .. whys[c]
       refusal = refusal or whys[c]
     end
   end
   if kind == "llm_query" and refusal then return nil, refusal end
-  local ok, results = pcall(llm.batch_prompts, {model = model, timeout = timeout}, sends,
+  local ok, results = pcall(llm.batch_prompts, {model = model, timeout = timeout,
+                                                reasoning_effort = self:effort(label)}, sends,
                             {concurrency = self.batch_concurrency, max_tokens = caps})
   if not ok then
     self.budget:settle_all(tickets, label, EMPTY, EMPTY)
