@@ -9,7 +9,8 @@
  *                       arrive
  *   call:done()         true once finished (after any retries)
  *   call:take_deltas()  the text streamed since the last take ("" when none)
- *   call:result()       {text, finish_reason, model, usage = {input_tokens, output_tokens,
+ *   call:result()       {text, finish_reason ("refusal" with refusal = its text when the
+ *                        model declined), model, usage = {input_tokens, output_tokens,
  *                        cache_read_tokens, cache_write_tokens} (input_tokens: all of the
  *                        input, the cached part and the part written to the cache included),
  *                        attempts} | nil, err (fail.h: kind, status, message, retry_after,
@@ -82,6 +83,7 @@ struct call {
     struct buf events;              /* queued events: size_t len, event, NUL, size_t len, data */
     /* What the response said so far: */
     struct buf text;
+    struct buf refusal;             /* OpenAI's message.refusal: the model declined */
     char model[160], finish[40];
     lua_Integer input_tokens, output_tokens;   /* as the wire reports them */
     lua_Integer cache_read, cache_write;       /* input read from / written to a prompt cache */
@@ -139,6 +141,7 @@ static void reset_response(void *ud)
     sse_free(&k->sse);
     buf_free(&k->events);
     buf_free(&k->text);
+    buf_free(&k->refusal);
     k->model[0] = k->finish[0] = '\0';
     k->input_tokens = k->output_tokens = k->cache_read = k->cache_write = -1;
 }
@@ -653,13 +656,19 @@ static void take_count(const struct json_pick *p, lua_Integer *out)
         *out = (lua_Integer)n;
 }
 
-static void add_text(struct call *k, const struct json_pick *p)
+/* Appends a picked JSON string to out (anything else, null included, adds nothing). */
+static void add_string(struct buf *out, const struct json_pick *p)
 {
-    char *to = p->at && *p->at == '"' ? buf_room(&k->text, p->len) : NULL;
+    char *to = p->at && *p->at == '"' ? buf_room(out, p->len) : NULL;
     if (to == NULL)
         return;
-    k->text.len += json_unescape(p->at, p->len, to);
-    k->text.data[k->text.len] = '\0';
+    out->len += json_unescape(p->at, p->len, to);
+    out->data[out->len] = '\0';
+}
+
+static void add_text(struct call *k, const struct json_pick *p)
+{
+    add_string(&k->text, p);
 }
 
 static int is_container(const struct json_pick *p)
@@ -711,7 +720,8 @@ static int openai_read(struct call *k, const char *data, size_t len, char *err, 
                             WANT("choices.1.finish_reason"),
                             WANT("usage.prompt_tokens"),
                             WANT("usage.completion_tokens"),
-                            WANT("usage.prompt_tokens_details.cached_tokens")};
+                            WANT("usage.prompt_tokens_details.cached_tokens"),
+                            WANT(whole ? "choices.1.message.refusal" : "choices.1.delta.refusal")};
     if (!json_pick(data, len, PICK(p), err, errlen))
         return 0;
     if (take_provider_error(k, p))
@@ -721,6 +731,7 @@ static int openai_read(struct call *k, const char *data, size_t len, char *err, 
     if (whole && !is_container(&p[3]))
         fail_with(k, "malformed", "the response has no choices");
     add_text(k, &p[4]);
+    add_string(&k->refusal, &p[9]);
     take_string(&p[5], k->finish, sizeof k->finish);
     take_count(&p[6], &k->input_tokens);
     take_count(&p[7], &k->output_tokens);
@@ -879,7 +890,7 @@ static const char *const same_words[][2] = {{NULL, NULL}};
 static const char *const anthropic_words[][2] = {
     {"end_turn", "stop"},         {"stop_sequence", "stop"}, {"max_tokens", "length"},
     {"model_context_window_exceeded", "length"},
-    {"tool_use", "tool_calls"},   {"pause_turn", "stop"},    {"refusal", "content_filter"},
+    {"tool_use", "tool_calls"},   {"pause_turn", "stop"},    {"refusal", "refusal"},
     {NULL, NULL}};
 
 static const struct wire OPENAI = {
@@ -985,8 +996,13 @@ static int push_success(lua_State *L, struct call *k)
     lua_createtable(L, 0, 5);
     lua_pushlstring(L, k->text.data ? k->text.data : "", k->text.len);
     lua_setfield(L, -2, "text");
-    lua_pushstring(L, finish_reason(k));
+    /* A refusal is one finish reason on every wire: OpenAI's comes as message.refusal. */
+    lua_pushstring(L, k->refusal.len ? "refusal" : finish_reason(k));
     lua_setfield(L, -2, "finish_reason");
+    if (k->refusal.len) {
+        lua_pushlstring(L, k->refusal.data, k->refusal.len);
+        lua_setfield(L, -2, "refusal");
+    }
     lua_pushstring(L, k->model);
     lua_setfield(L, -2, "model");
     /* Anthropic's input_tokens leaves out what was read from or written to the cache (its

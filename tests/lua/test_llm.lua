@@ -165,6 +165,23 @@ tests["stop sequences and the token limit end answers, streamed or not"] = funct
   end
 end
 
+tests["a refusal is finish_reason refusal on both wires, streamed or not"] = function()
+  local why = "I can't help with \"that\"."
+  local s = standin{script = {rules = {{match = "refuse", refusal = why}}}}
+  for _, model in ipairs(MODELS) do
+    for _, stream in ipairs{false, true} do
+      local on_delta = stream and function() end or nil
+      local res = assert(llm.complete(s.req(model, {prompt = "refuse", on_delta = on_delta})))
+      T.eq(res.finish_reason, "refusal", model)
+      if model:match("^openai") then   -- the text comes as message.refusal, content null
+        T.eq({res.text, res.refusal}, {"", why}, model)
+      else                              -- the text is content, stop_reason "refusal"
+        T.eq({res.text, res.refusal}, {why, nil}, model)
+      end
+    end
+  end
+end
+
 tests["streaming delivers the text in deltas, with usage, for both providers"] = function()
   local reply = ("The quick brown fox jumps over the lazy dog. "):rep(20)
   local s = standin{script = {rules = {{match = "fox", reply = reply}}}}

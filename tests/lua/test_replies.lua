@@ -105,4 +105,27 @@ tests["FINAL_VAR and FINAL inside code finish at the call; what follows never ru
   end
 end
 
+tests["a refusal ends the run and says so in one line, on both wires"] = function()
+  -- OpenAI sends the text as message.refusal with content null; Anthropic stop_reason "refusal".
+  local server = F.model{rules = {
+    {match = "Task: refuse", refusal = "I can't help with that request.\nSorry."},
+    {match = ".", reply = F.code("SUBMIT(answer='asked again')")},
+  }}
+  local env = sys.environ()
+  env.ANTHROPIC_BASE_URL, env.ANTHROPIC_API_KEY = server.url, "sk-test-key-0123456789"
+  for _, model in ipairs{"openai/root-model", "anthropic/claude-standin"} do
+    env.RLM_MODEL = model
+    local path = T.tmpdir() .. "/t.jsonl"
+    local r = T.run_rlm({"ask", "refuse", "--trace", path, "--quiet"}, {env = env})
+    T.eq(r.code, 3, r.stderr)
+    T.eq(r.stdout, "")
+    T.eq(r.stderr, "rlm ask: no answer: refused (the model refused the task: I can't help with "
+      .. "that request. Sorry.)\n", model)
+    local kinds = {}
+    for _, rec in ipairs(assert(trace.read(path))) do kinds[#kinds + 1] = rec.type end
+    T.eq(kinds, {"start", "refusal", "final"}, "no step, no extraction: " .. model)
+  end
+  T.eq(F.stats(server).requests, 2, "one request a run: nothing asked again")
+end
+
 return tests

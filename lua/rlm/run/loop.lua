@@ -227,6 +227,20 @@ local function spent_since(budget, before)
           output_tokens = now.output_tokens - before.output_tokens, cost = now.cost - before.cost}
 end
 
+-- A model that refuses the task (OpenAI's message.refusal, Anthropic's stop_reason "refusal")
+-- ends the run: its reply is no code to run, and asking again or extracting would ask the same
+-- model the same thing. The result says so in one line.
+local REFUSAL_SHOWN = 300
+
+function Run:refused(reply)
+  local text = reply.refusal or reply.text or ""
+  self:record{type = "refusal", turn = self.turn, reply = text, usage = reply.usage}
+  local line = text:gsub("%s+", " "):gsub("^ ", ""):gsub(" $", "")
+  if #line > REFUSAL_SHOWN then line = line:sub(1, REFUSAL_SHOWN) .. "..." end
+  return {reason = "refused", detail = "the model refused the task" ..
+          (line ~= "" and ": " .. line or " (it gave no reason)")}
+end
+
 function Run:loop()
   local desc_type, chars, preview = describe(self.context)
   local vars = {
@@ -264,6 +278,7 @@ function Run:loop()
     if not reply then
       return {reason = "model_error", detail = "model call failed: " .. tostring(err), extract = true}
     end
+    if reply.finish_reason == "refusal" then return self:refused(reply) end
     local request_chars = prompt_chars{system = self.system, messages = messages}
     messages[#messages + 1] = {role = "assistant", content = reply.text}
     self.steps_code, self.step_calls = {}, {}
