@@ -29,8 +29,10 @@ In the REPL you have:
 - rlm_query(task, context) -> str: give a sub-task and its own input to a helper that works the
   way you do, in its own REPL.
 - budget() -> dict: what remains to spend (calls, tokens, cost, seconds, depth; None means no
-  limit). A call the budget cannot afford is not made: llm_query raises RuntimeError("max_...:
-  why"), and in a batch that item is the string "[ERROR] max_...: why".
+  limit).
+- A sub-call that fails, for any cause (a budget limit, a prompt too big, a timeout, an HTTP
+  error, a refusal), is "cause: why": llm_query and rlm_query raise RuntimeError("cause: why");
+  in llm_query_batched that item is the string "[ERROR] cause: why" and the others are answers.
 - add_buffer(name, value), get_buffer(name), clear_buffer(name): named lists kept across blocks.
 - SUBMIT({{submit_signature}}): finish, with these output fields.
 - print(...): the only way to see a value. Output past {{max_output_chars}} characters is cut

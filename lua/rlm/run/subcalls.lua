@@ -113,16 +113,32 @@ function Run:remember(label, prompt, res)
   sys.write_file(path, json.encode{key = key, text = res.text, usage = res.usage})
 end
 
--- Sub-calls from code: each prompt is checked and reserved before anything is sent; what the
--- budget cannot afford comes back as an error string in its slot, as a failed call does, so
--- the code sees it and the rest of the batch runs.
+-- Why a sent sub-call gave no answer, as "cause: message" (the cause a word the code can test:
+-- timeout, http, too_large, cut, refusal, ...), or nil for an answer.
+local function failure(r)
+  if r.error then return ("%s: %s"):format(r.kind or "error", tostring(r.error)) end
+  if r.finish_reason == "refusal" then
+    local text = (r.refusal or r.text or ""):gsub("%s+", " ")
+    return "refusal: the model refused" .. (text:find("%S") and ": " .. text or "")
+  end
+end
+
+-- The one rule for a sub-call that fails, whatever the cause (a budget limit, the context
+-- window, a timeout, an HTTP error, an answer too large, a refusal): its text is
+-- "cause: why", and a single call (llm_query, rlm_query) raises it as RuntimeError in the code,
+-- while in a batch that item is the string "[ERROR] cause: why" and the others are answers.
+local SINGLE = {llm_query = true, rlm_query_fallback = true}
+
+-- Sub-calls from code: each prompt is checked and reserved before anything is sent; what
+-- cannot be sent or answered fails as the rule above says, so one bad item does not lose a
+-- batch.
 function Run:llm_query(prompts, model, kind)
   local label, err = self:allowed_model(model)
   if not label then return nil, err end
   model = model or self.sub_model
   local started = sys.now()
   local texts, sends, caps, tickets, slots = {}, {}, {}, {}, {}
-  local refusal   -- a refusal's text, for llm_query (one prompt) to raise
+  local first_failure   -- what a single call raises
   local output, send = self:batch_output(prompts, label)
   -- looked up once for the batch (false: none)
   local price = self:price(label) or false
@@ -148,7 +164,7 @@ function Run:llm_query(prompts, model, kind)
     end
     if why then
       texts[i] = "[ERROR] " .. why
-      refusal = refusal or why
+      first_failure = first_failure or why
     end
   end
   local granted, whys = self.budget:reserve_all(calls)
@@ -160,10 +176,10 @@ function Run:llm_query(prompts, model, kind)
       caps[n] = ticket.max_tokens or send and output or nil
     else
       texts[i] = "[ERROR] " .. whys[c]
-      refusal = refusal or whys[c]
+      first_failure = first_failure or whys[c]
     end
   end
-  if kind == "llm_query" and refusal then return nil, refusal end
+  if SINGLE[kind] and first_failure then return nil, first_failure end
   local ok, results = pcall(llm.batch_prompts, {model = model, timeout = timeout,
                                                 reasoning_effort = self:effort(label)}, sends,
                             {concurrency = self.batch_concurrency, max_tokens = caps})
@@ -172,23 +188,27 @@ function Run:llm_query(prompts, model, kind)
     async.check_interrupt()
     return nil, tostring(results)
   end
-  -- A failed item becomes an error string in its slot, as DSPy does, so one bad call does not
-  -- lose the batch; the code can test for the prefix.
   local usage, costs, spent, spent_costs = {}, {}, {}, {}   -- by prompt; by call
   for n, r in ipairs(results) do
     local slot = slots[n]
-    if r.error then
-      texts[slot] = "[ERROR] " .. tostring(r.error)
-    else
+    local why = failure(r)
+    if not r.error then   -- a refusal was answered, and billed
       local cost = self:cost_of(label, r.usage, price)
       spent[n], spent_costs[n] = r.usage or EMPTY, cost
-      texts[slot], usage[slot], costs[slot] = r.text, r.usage, cost
+      usage[slot], costs[slot] = r.usage, cost
+    end
+    if why then
+      texts[slot] = "[ERROR] " .. why
+      first_failure = first_failure or why
+    else
+      texts[slot] = r.text
       self:remember(label, prompts[slot], r)
     end
   end
   self.budget:settle_all(tickets, label, spent, spent_costs)
   async.check_interrupt()
   self:sub_prompt_record(kind, prompts, texts, started, label, usage, costs)
+  if SINGLE[kind] and first_failure then return nil, first_failure end
   return texts
 end
 
@@ -217,7 +237,10 @@ function Run:rlm_query(task, context)
   self:record{type = "subcall", kind = "rlm_query", turn = self.turn, child = child.run_id,
               duration = sys.now() - started, reason = child.reason}
   local answer = child.answer
-  if answer == nil then return nil, "the child run ended without an answer: " .. tostring(child.reason) end
+  if answer == nil then
+    return nil, ("%s: the child run ended without an answer%s"):format(tostring(child.reason),
+      child.detail and " (" .. child.detail .. ")" or "")
+  end
   return {type(answer) == "string" and answer or json.encode(answer)}
 end
 
