@@ -39,7 +39,8 @@ M.max_tokens = 4096      -- sent only where the wire format requires a limit (An
 --- Providers by name (rlm.providers: wire, base URL, key variable, ...); add your own here.
 M.providers = require "rlm.providers"
 
-local WIRE_PATHS = {openai = "/chat/completions", anthropic = "/v1/messages"}
+local WIRE_PATHS = {openai = "/chat/completions", anthropic = "/v1/messages",
+                    responses = "/responses"}
 
 local function env(name)
   local v = name and os.getenv(name)
@@ -94,17 +95,20 @@ local function endpoint(req, level)
       entry.key_env or "the provider's key variable"), level)
   end
   local base = req.base_url or env(entry.base_url_env) or entry.base_url
-  return {entry = entry, label = label, name = name, key = key,
-          url = base:gsub("/+$", "") .. (entry.path or WIRE_PATHS[entry.wire])}
+  -- the model's own wire, when the provider serves it on another (entry.wires)
+  local wire = entry.wires and budget.lookup(entry.wires, name) or entry.wire
+  local path = wire == entry.wire and entry.path or WIRE_PATHS[wire]
+  return {entry = entry, label = label, name = name, key = key, wire = wire,
+          url = base:gsub("/+$", "") .. path}
 end
 
 -- What a thinking budget leaves under max_tokens for the answer after it, at least.
 local ANSWER_ROOM = 1024
 
--- req's extra and max_tokens with the fields that ask for reasoning_effort on the wire: OpenAI's
--- reasoning_effort, or an Anthropic thinking budget of reasoning_tokens[effort] (at least 1,024
--- tokens as the API requires, under max_tokens with ANSWER_ROOM kept; none when that leaves
--- too little).
+-- req's extra with the fields that ask for reasoning_effort on the wire: OpenAI's
+-- reasoning_effort (reasoning.effort on the Responses API), or an Anthropic thinking budget of
+-- reasoning_tokens[effort] (at least 1,024 tokens as the API requires, under max_tokens with
+-- ANSWER_ROOM kept; none when that leaves too little).
 local function with_reasoning(wire, effort, extra, max_tokens, level)
   local tokens = M.reasoning_tokens[effort]
   if not tokens then
@@ -112,7 +116,9 @@ local function with_reasoning(wire, effort, extra, max_tokens, level)
       tostring(effort)), level + 1)
   end
   extra = merged(extra or {}, {})
-  if wire ~= "anthropic" then
+  if wire == "responses" then
+    extra.reasoning = {effort = effort}
+  elseif wire ~= "anthropic" then
     extra.reasoning_effort = effort
   elseif max_tokens - ANSWER_ROOM >= M.reasoning_tokens.minimal then
     extra.thinking = {type = "enabled", budget_tokens = math.min(tokens, max_tokens - ANSWER_ROOM)}
@@ -134,7 +140,7 @@ local function prepare(req, level, ep)
   if on_delta ~= nil and type(on_delta) ~= "function" then
     error("llm request field 'on_delta' must be a function", level)
   end
-  local wire = entry.wire
+  local wire = ep.wire
   local max_tokens = req.max_tokens or (wire == "anthropic" and M.max_tokens or nil)
   local plain_extra = merged(entry.extra, req.extra)
   local extra = plain_extra

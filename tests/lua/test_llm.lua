@@ -182,6 +182,31 @@ tests["a refusal is finish_reason refusal on both wires, streamed or not"] = fun
   end
 end
 
+tests["a model served on the Responses API: text, limit, refusal, usage, streamed or not"] = function()
+  local s = standin{script = {rules = {{match = "refuse", refusal = "No."},
+                                       {match = "count", reply = "one two three four"}}}}
+  local model = "openai/o3-pro"   -- providers.openai.wires sends it to /v1/responses
+  for _, stream in ipairs{false, true} do
+    local on_delta = stream and function() end or nil
+    local res = assert(llm.complete(s.req(model, {system = "Be brief.", on_delta = on_delta,
+      messages = {{role = "user", content = "count"}}, reasoning_effort = "high"})))
+    T.eq({res.text, res.finish_reason, res.model}, {"one two three four", "stop", "o3-pro"})
+    T.eq(res.usage, usage(4, 5))
+    local st = s.stats()
+    T.eq(st.paths["/v1/responses"] ~= nil, true)
+    local body = st.last_body
+    T.eq({body.instructions, body.input, body.reasoning, body.messages},
+         {"Be brief.", {{role = "user", content = "count"}}, {effort = "high"}, nil})
+    res = assert(llm.complete(s.req(model, {prompt = "count", max_tokens = 2, on_delta = on_delta})))
+    T.eq({res.text, res.finish_reason}, {"one two ", "length"})
+    T.eq(s.stats().last_body.max_output_tokens, 2)
+    res = assert(llm.complete(s.req(model, {prompt = "refuse", on_delta = on_delta})))
+    T.eq({res.text, res.finish_reason, res.refusal}, {"", "refusal", "No."})
+  end
+  T.raises(function() llm.complete(s.req(model, {prompt = "x", stop = "y"})) end,
+           "the Responses API takes no stop sequences")
+end
+
 tests["streaming delivers the text in deltas, with usage, for both providers"] = function()
   local reply = ("The quick brown fox jumps over the lazy dog. "):rep(20)
   local s = standin{script = {rules = {{match = "fox", reply = reply}}}}

@@ -128,4 +128,17 @@ tests["a refusal ends the run and says so in one line, on both wires"] = functio
   T.eq(F.stats(server).requests, 2, "one request a run: nothing asked again")
 end
 
+tests["a model served only on the Responses API runs the loop (o3-pro)"] = function()
+  local server = F.model{rules = {
+    {match = "^half", reply = "21"},
+    {match = "Task: responses", reply = F.code("SUBMIT(answer=str(2 * int(llm_query('half'))))")},
+  }}
+  local env = sys.environ()
+  env.RLM_MODEL = "openai/o3-pro"
+  local r = ask("responses", env)
+  T.eq(r.code, 0, r.stderr)
+  T.eq(r.stdout, "42\n")
+  T.eq(F.stats(server).paths["/v1/responses"], 2, "the turn and the sub-call")
+end
+
 return tests
