@@ -62,6 +62,16 @@ function()
        ("100000 null | %d null\n"):format(8192 + 16384))
 end
 
+tests["a child run's turns are capped as sub-calls, not at the model's limit"] = function()
+  F.model{rules = {
+    {match = "Task: child", reply_expr = "'```repl\\nSUBMIT(answer=%r)\\n```\\n' % ("
+      .. "str(body.get('max_completion_tokens')),)"},
+    {match = "Task: parent", reply = F.code("SUBMIT(answer=rlm_query('child'))")},
+  }}
+  local res = require("rlm").run{task = "parent", model = "openai/o3", max_iterations = 2}
+  T.eq(res.answer, tostring(8192 + 16384))
+end
+
 tests["rlm ask: a Claude model's turns take 64000, not 4096; effort is a thinking budget"] = function()
   local claude = "anthropic/claude-sonnet-4-5"
   local budget = '{"budget_tokens": 4096, "type": "enabled"}'

@@ -29,8 +29,8 @@ RLM_PRICES), --max-time (a deadline for everything, code included). --sub-models
 models llm_query(model=...) may use (default: the sub-model).
 --reasoning-effort minimal|low|medium|high: how much a reasoning model (OpenAI's o-series and
 gpt-5; a Claude model thinks with a budget of 1k/4k/16k/32k tokens) reasons before each answer.
-A turn may write up to its model's output limit (llm.output_limits); a sub-call's answer is
-held to 8192 tokens, with room for the reasoning above that.
+A root turn may write up to its model's output limit (llm.output_limits); a sub-call's answer
+and a child run's turn are held to 8192 tokens, with room for the reasoning above that.
 --limit NAME=VALUE sets a resource limit of the sandboxes (as for `rlm exec`).
 History: --context-window N (tokens; default from the model's known window) and
 --history full|compact (compact: older turns are summarised near 0.8 of the window).

@@ -116,7 +116,7 @@ function Run:effort(label)
 end
 
 -- The output cap of one call of the run to label with a prompt of prompt_chars, and whether to
--- send it when no budget asks for one. A turn (sub false) may write as much as its model allows
+-- send it when no budget asks for one. A root turn (sub false) may write as much as its model allows
 -- (llm.output_limit); a sub-call's answer is held to max_output_tokens; a reasoning model's cap
 -- keeps room for its reasoning above that (llm.output_cap). A known window leaves room for the
 -- prompt. A model whose limit is unknown is sent no cap (a server whose window is unknown may
@@ -160,7 +160,8 @@ function Run:model_call(model, req, how)
     price = {input = math.max(price.input, budget_mod.write_rate(price)), output = price.output}
   end
   local chars = M.prompt_chars(req)
-  local cap, send = self:output_cap(label, chars)
+  -- A child run's turns are capped as sub-calls are: children run side by side under one budget.
+  local cap, send = self:output_cap(label, chars, self.depth > 0)
   local ticket, why = self.budget:reserve{prompt_chars = chars, label = label,
     output = cap, sub = self.depth > 0, price = price, final = how.final}
   if not ticket then return nil, why, "budget" end
