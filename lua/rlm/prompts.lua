@@ -34,8 +34,10 @@ In the REPL you have:
   way you do, in its own REPL.
 - rlm_query_batched(tasks, contexts) -> list[str]: many rlm_query helpers at once, results in order.
 - budget() -> dict: what remains to spend (calls, tokens, cost, seconds, depth; None means no
-  limit). A call the budget cannot afford is not made: llm_query raises RuntimeError("max_...:
-  why"), and in a batch that item is the string "[ERROR] max_...: why".
+  limit).
+- A sub-call that fails, for any cause (a budget limit, a prompt too big, a timeout, an HTTP
+  error, a refusal), is "cause: why": llm_query and rlm_query raise RuntimeError("cause: why");
+  in llm_query_batched that item is the string "[ERROR] cause: why" and the others are answers.
 - add_buffer(name, value), get_buffer(name), clear_buffer(name): named lists kept across blocks.
 - SUBMIT({{submit_signature}}): finish, with these output fields.
 - print(...): the only way to see a value. Output past {{max_output_chars}} characters is cut
@@ -50,10 +52,8 @@ Work like this:
    judgement over chunks of text, keeping each prompt well under the limit above.
 4. You have {{max_iterations}} replies and {{max_llm_calls}} sub-model calls in all: batch your
    calls and aggregate their answers in Python.
-5. Finish with SUBMIT({{submit_signature}}) in a ```repl block, only after you have printed
-   and checked the values. (FINAL_VAR(variable_name) on a line of its own outside the code also
-   finishes; FINAL(text) there is taken only in a reply without code, once you have seen the
-   output it rests on.)]]
+5. Finish by calling SUBMIT({{submit_signature}}) in a ```repl block, only after you have
+   printed and checked the values. The block ends at that call.]]
 
 M.first = [[
 Task: {{task}}

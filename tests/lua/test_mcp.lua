@@ -351,6 +351,18 @@ tests["stdio: rlm_code and rlm_decompose drive their runs"] = function()
   T.eq(s.tool(3, "rlm_status").result.structuredContent.usage.runs, 5)
 end
 
+tests["stdio: the rlm_* tools pass reasoning_effort to the run"] = function()
+  F.model{rules = {{match = "Task:", reply_expr =
+    "'```repl\\nSUBMIT(answer=%r)\\n```\\n' % (body.get('reasoning_effort'),)"}}}
+  local s = stdio_server({"--model", "openai/o3"})
+  local r = s.tool(1, "rlm_execute", {task = "effort?", context = "x", reasoning_effort = "low"})
+  T.eq(r.result.content[1].text, "low")
+  r = s.tool(2, "rlm_analyze", {data = "x", question = "effort?", reasoning_effort = "high"})
+  T.eq(r.result.content[1].text, "high")
+  r = s.tool(3, "rlm_execute", {task = "effort?", context = "x"})
+  T.eq(r.result.content[1].text, "null", "the model's own without the argument")
+end
+
 tests["stdio: a cancelled rlm_execute stops the run's sandbox"] = function()
   F.model(answer_script(running_code("6003") .. "\nSUBMIT(answer='late')"))
   local s = stdio_server()

@@ -508,6 +508,43 @@ class TestOutput(DriverTest):
 
 
 class TestSubmit(DriverTest):
+    def test_final_in_code_ends_the_block_as_submit_does(self):
+        # Models write FINAL(...) in code as a natural pattern (alexzhang13/rlm PR #115): the
+        # block ends at the call, so a second call and the lines after it never run.
+        ev = self.run_ok("x = 6 * 7\nprint('before')\nFINAL(x)\nprint('after')\nFINAL(0)")
+        self.assertEqual(ev["submitted"], {"answer": 42})
+        self.assertEqual(ev["stdout"], "before\n")
+        ev = self.run_ok("try:\n    FINAL('a')\nexcept Exception:\n    print('swallowed')\n"
+                         "SUBMIT(answer='b')")
+        self.assertEqual((ev["submitted"], ev["stdout"]), ({"answer": "a"}, ""))
+        ev = self.run_ok("FINAL([1, 2])", output_names=["items"])
+        self.assertEqual(ev["submitted"], {"items": [1, 2]})
+
+    def test_final_var_takes_a_name_or_a_value(self):
+        ev = self.run_ok("result = {'n': 3}\nFINAL_VAR('result')")
+        self.assertEqual(ev["submitted"], {"answer": {"n": 3}})
+        ev = self.run_ok("result = 'ok'\nFINAL_VAR(result)")   # its value, though 'ok' is a name
+        self.assertEqual(ev["submitted"], {"answer": "ok"})
+        # A value that names a variable is still the value it was passed as.
+        ev = self.run_ok("word = 'context'\ncontext = 'big'\nFINAL_VAR(word)")
+        self.assertEqual(ev["submitted"], {"answer": "context"})
+        ev = self.run_ok("FINAL_VAR(' \"result\" ')")   # the reference's quoted-name spelling
+        self.assertEqual(ev["submitted"], {"answer": "ok"})
+        ev = self.run_ok("FINAL_VAR('The answer is 5.')")   # no name: the text itself
+        self.assertEqual(ev["submitted"], {"answer": "The answer is 5."})
+
+    def test_final_var_of_a_missing_name_is_a_clear_error(self):
+        ev = self.d.execute("FINAL_VAR('nothing_here')\nprint('after')")
+        self.assertEqual(ev["error"], "NameError: FINAL_VAR: no variable is named 'nothing_here'")
+        self.assertIsNone(ev["submitted"])
+        self.assertEqual(ev["stdout"], "")
+
+    def test_final_with_several_outputs_says_to_use_submit(self):
+        ev = self.d.execute("FINAL('x')", output_names=["a", "b"])
+        self.assertEqual(ev["error"], "TypeError: FINAL gives one value, and this task's outputs "
+                         "are a, b: call SUBMIT(a=..., b=...)")
+        self.assertIsNone(ev["submitted"])
+
     def test_kwargs_end_the_block(self):
         ev = self.run_ok("print('before')\nSUBMIT(answer=42, note='x')\nprint('after')")
         self.assertEqual(ev["submitted"], {"answer": 42, "note": "x"})

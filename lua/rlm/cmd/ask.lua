@@ -16,7 +16,7 @@ usage: rlm ask "TASK" [--context FILE|-] [--model M] [--sub-model M] [--backend 
                       [--sub-models a,b] [--prices FILE.json] [--limit NAME=VALUE]...
                       [--context-window N] [--history full|compact] [--resume FILE.jsonl]
                       [--cache] [--events FILE|-] [--otel URL] [--tools FILE.lua]
-                      [--venv DIR] [--quiet]
+                      [--venv DIR] [--reasoning-effort minimal|low|medium|high] [--quiet]
 
 Runs the RLM loop: the model explores the context in a sandbox by writing Python, until its
 code calls SUBMIT. Prints the answer (or, with --json, every output field and the run's usage).
@@ -27,6 +27,10 @@ Budgets hold for the whole tree of sub-calls and child runs: --max-llm-calls (ca
 for code), --max-tokens, --max-cost (needs a price for every model: rlm.prices, --prices or
 RLM_PRICES), --max-time (a deadline for everything, code included). --sub-models lists the
 models llm_query(model=...) may use (default: the sub-model).
+--reasoning-effort minimal|low|medium|high: how much a reasoning model (OpenAI's o-series and
+gpt-5; a Claude model thinks with a budget of 1k/4k/16k/32k tokens) reasons before each answer.
+A root turn may write up to its model's output limit (llm.output_limits); a sub-call's answer
+and a child run's turn are held to 8192 tokens, with room for the reasoning above that.
 --limit NAME=VALUE sets a resource limit of the sandboxes (as for `rlm exec`); --venv DIR gives
 the local sandboxes the Python packages of a virtualenv (or of a folder of packages), read-only.
 History: --context-window N (tokens; default from the model's known window) and
@@ -51,7 +55,7 @@ local SPEC = {context = "string", model = "string", sub_model = "string", backen
               execute_timeout = "number", llm_call_timeout = "number", sub_models = "list",
               prices = "string", context_window = "number", history = "string",
               resume = "string", cache = "flag", events = "string", otel = "string", tools = "string",
-              venv = "string"}
+              venv = "string", reasoning_effort = "string"}
 
 -- The tools a --tools file returns (see rlm.tools).
 local function load_tools(path)
@@ -141,6 +145,7 @@ function M.main(argv)
     cache = opts.cache or nil, events = opts.events and event_writer(opts.events), otel = opts.otel,
     tools = opts.tools and load_tools(opts.tools),
     venv = opts.venv,
+    reasoning_effort = opts.reasoning_effort,
   }
   local answered = res.submitted or res.extracted
   -- with --events -, stdout carries the events only

@@ -129,6 +129,20 @@ def image_items(images):
     return out
 
 
+def named_value(ns, variable):
+    """What FINAL_VAR(variable) submits. A str written in the call ("name", or the reference's
+    ' "name" ') that is a Python name is the variable of that name; any other value, a str
+    held by a variable among them (FINAL_VAR(name) with name = "Paris"), is itself."""
+    if not isinstance(variable, str) or any(v is variable for v in ns.values()):
+        return variable
+    name = variable.strip().strip("\"'")
+    if not name.isidentifier():
+        return variable
+    if name not in ns:
+        raise NameError(f"FINAL_VAR: no variable is named {name!r}")
+    return ns[name]
+
+
 def make_helpers(session):
     """The functions user code sees as builtins; they close over the session."""
 
@@ -148,6 +162,18 @@ def make_helpers(session):
         raise Submitted(session.check_submit(
             {name: session.field_text(value, f"SUBMIT field {name!r}")
              for name, value in merged.items()}))
+
+    def FINAL(value):
+        """SUBMIT(value) for a task with one output: ends the block at once."""
+        names = session.output_names
+        if len(names) != 1:
+            raise TypeError(f"FINAL gives one value, and this task's outputs are "
+                            f"{', '.join(names)}: call SUBMIT({'=..., '.join(names)}=...)")
+        SUBMIT(value)
+
+    def FINAL_VAR(variable):
+        """FINAL of a variable: FINAL_VAR("name") names it, FINAL_VAR(name) passes its value."""
+        FINAL(named_value(session.ns, variable))
 
     def llm_query(prompt, model=None, images=None):
         """Asks a language model; returns its answer text. images: a list of image files (paths
@@ -241,8 +267,8 @@ def make_helpers(session):
             size = "" if row["size"] is None else f", size {row['size']}"
             print(f"{row['name']} ({row['type']}{size}): {row['preview']}")
 
-    return {f.__name__: f for f in (SUBMIT, llm_query, llm_query_batched, llm_query_batched_iter,
-                                    rlm_query, rlm_query_batched, budget, _rlm_tool, add_buffer,
-                                    get_buffer, clear_buffer, SHOW_VARS)}
+    return {f.__name__: f for f in (SUBMIT, FINAL, FINAL_VAR, llm_query, llm_query_batched,
+                                    llm_query_batched_iter, rlm_query, rlm_query_batched, budget,
+                                    _rlm_tool, add_buffer, get_buffer, clear_buffer, SHOW_VARS)}
 
 

@@ -99,6 +99,12 @@ Execute semantics
   raise ValueError naming the limit. When the only output is `answer`, a global `Final` bound
   to a new object by a block that ends without error counts as SUBMIT(answer=Final) (as in
   the paper's code); with other outputs it is an ordinary variable.
+- FINAL(value) is SUBMIT(value) for a task with one output (with several it raises TypeError
+  saying to call SUBMIT with every field). FINAL_VAR(v) is FINAL of a variable: a str written
+  in the call that is a Python name ("x", or ' "x" ') names the variable (NameError when there
+  is none), any other value (a str a variable holds among them) is taken as it is. Each ends
+  the block at the call as SUBMIT does: what follows, a second FINAL or SUBMIT included, never
+  runs.
 - error is "Type: message" ("SyntaxError: msg (line L)" for syntax errors); traceback shows
   only frames outside the driver, with source lines from cells named <rlm-cell-K>.
 - timeout: SIGALRM raises TimeoutError("execution exceeded S seconds") in the user's code and
@@ -107,7 +113,8 @@ Execute semantics
   many quick blocks in a row. Code that stops the timer around the signal module (through
   _signal or ctypes) is stopped by the host instead, which restarts the driver.
 - Helpers (builtins of the namespace, so they survive reset, never show up in variables, and a
-  user global of the same name only shadows them): SUBMIT, llm_query(prompt, model=None),
+  user global of the same name only shadows them): SUBMIT, FINAL, FINAL_VAR,
+  llm_query(prompt, model=None, images=None),
   llm_query_batched(prompts, model=None), llm_query_batched_iter(prompts, model=None) (yields
   (index, answer) as answers arrive), rlm_query(task, context=None), budget(), add_buffer(name,
   value), get_buffer(name), clear_buffer(name=None), SHOW_VARS(),

@@ -444,6 +444,9 @@ local function append_part(interp, path, data)
   return tonumber(res.output:match("%d+"))
 end
 
+local REASONING = str("how much a reasoning model thinks before each answer (rlm.run's " ..
+  "reasoning_effort; default: the model's own)", {enum = {"minimal", "low", "medium", "high"}})
+
 -- ---------------------------------------------------------------- the tool set
 -- One entry a tool, in the order clients see them: name, title, description, inputSchema,
 -- outputSchema (optional), annotations, aliases (rlm-mcp's argument names), and how it runs:
@@ -465,6 +468,7 @@ M.definitions = {
       outputs = {type = "array", items = {type = "string"},
                  description = "names of the output fields (default: answer)"},
       max_iterations = integer("turns before the run gives up (default 20)", 1, 100),
+      reasoning_effort = REASONING,
     }, {"task"}),
     task = "optional",   -- a client that takes tasks gets a handle at once
     annotations = {readOnlyHint = false, openWorldHint = true},
@@ -481,6 +485,7 @@ M.definitions = {
     inputSchema = object({
       data = str("the data to analyze"),
       question = str("the question to answer", {minLength = 1}),
+      reasoning_effort = REASONING,
     }, {"data", "question"}),
     task = "optional",   -- a client that takes tasks gets a handle at once
     annotations = {readOnlyHint = true, openWorldHint = true},
@@ -498,6 +503,7 @@ M.definitions = {
       language = str("the language (default python; others run through subprocess)"),
       tests = str("test cases or checks the code must pass"),
       context = str("existing code or data the task refers to"),
+      reasoning_effort = REASONING,
     }, {"task"}),
     aliases = {description = "task"},
     task = "optional",   -- a client that takes tasks gets a handle at once
@@ -518,6 +524,7 @@ M.definitions = {
       task = str("the task to split", {minLength = 1}),
       context = str("material every sub-task may use"),
       max_subtasks = integer("at most this many sub-tasks (default 5)", 1, 10),
+      reasoning_effort = REASONING,
     }, {"task"}),
     aliases = {complex_task = "task", num_subtasks = "max_subtasks"},
     task = "optional",   -- a client that takes tasks gets a handle at once
@@ -526,7 +533,8 @@ M.definitions = {
       local n = args.max_subtasks or 5
       local plan = server:run_loop(ctx, {
         task = prompts.render(prompts.mcp_plan, {max_subtasks = n, task = args.task}),
-        context = args.context, outputs = {"subtasks"}, max_iterations = 6},
+        context = args.context, outputs = {"subtasks"}, max_iterations = 6,
+        reasoning_effort = args.reasoning_effort},
         function() ctx.progress(0.5, n + 2, "planning") end)
       local subtasks = plan.fields and plan.fields.subtasks
       if type(subtasks) ~= "table" or #subtasks == 0 then
@@ -541,7 +549,7 @@ M.definitions = {
         tasks[i] = cancellable(ctx, function()
           sem.acquire()
           local ok, res = pcall(server.run_loop, server, ctx, {task = sub, context = args.context,
-                                                               outputs = {"answer"}}, function() end)
+            outputs = {"answer"}, reasoning_effort = args.reasoning_effort}, function() end)
           sem.release()
           done = done + 1
           ctx.progress(done, #subtasks + 2, "sub-task " .. i .. " finished")
@@ -736,6 +744,7 @@ local function runner(server, def)
   if def.loop then
     run = function(_, args, ctx)
       local opts, outputs = def.loop(args)
+      opts.reasoning_effort = args.reasoning_effort
       return loop_result(server:run_loop(ctx, opts), outputs)
     end
   elseif def.session then

@@ -24,7 +24,7 @@ M.defaults = {
   timeout = 900,              -- sandbox lifetime
   batch_concurrency = 64,     -- a run's sub-calls in flight at once, from all its code's threads
   max_parallel_children = 16, -- a run's child runs (rlm_query, rlm_query_batched) at once
-  max_output_tokens = 8192,   -- the output cap sent with each call while max_tokens or max_cost holds
+  max_output_tokens = 8192,   -- a sub-call's output cap (a turn's: its model's output limit)
   extract_seconds = 5,        -- under max_time, kept back from the turns for the final extraction
   history = "compact",        -- "compact" | "full" | function(messages, info) -> messages
   compact_at = 0.8,           -- the share of the context window at which history is compacted
@@ -133,6 +133,29 @@ function M.spent_since(budget, before)
           output_tokens = now.output_tokens - before.output_tokens, cost = now.cost - before.cost}
 end
 
+-- The run's reasoning_effort for a call to label, when the model can take it.
+function Run:effort(label)
+  return self.reasoning_effort and llm.reasons(label) and self.reasoning_effort or nil
+end
+
+-- The output cap of one call of the run to label with a prompt of prompt_chars, and whether to
+-- send it when no budget asks for one. A root turn (sub false) may write as much as its model allows
+-- (llm.output_limit); a sub-call's answer is held to max_output_tokens; a reasoning model's cap
+-- keeps room for its reasoning above that (llm.output_cap). A known window leaves room for the
+-- prompt. A model whose limit is unknown is sent no cap (a server whose window is unknown may
+-- refuse one it cannot fit), but reserved max_output_tokens.
+function Run:output_cap(label, prompt_chars, sub)
+  local known = llm.output_limit(label, self.output_limits)
+  local cap = llm.output_cap(label, (sub or not known) and self.max_output_tokens or nil,
+                             self:effort(label), self.output_limits)
+  local window = llm.context_window(label, self.context_windows)
+  if window then
+    cap = math.max(budget_mod.MIN_OUTPUT,
+                   math.min(cap, window - budget_mod.estimate_tokens(prompt_chars)))
+  end
+  return cap, known ~= nil
+end
+
 function M.prompt_chars(req)
   local n = #(req.system or "")
   for _, m in ipairs(req.messages) do n = n + #m.content end
@@ -159,10 +182,15 @@ function Run:model_call(model, req, how)
   if price and writes_billed then
     price = {input = math.max(price.input, budget_mod.write_rate(price)), output = price.output}
   end
-  local ticket, why = self.budget:reserve{prompt_chars = M.prompt_chars(req), label = label,
-    output = self.max_output_tokens, sub = self.depth > 0, price = price, final = how.final}
+  local chars = M.prompt_chars(req)
+  -- A child run's turns are capped as sub-calls are: children run side by side under one budget.
+  local cap, send = self:output_cap(label, chars, self.depth > 0)
+  local ticket, why = self.budget:reserve{prompt_chars = chars, label = label,
+    output = cap, sub = self.depth > 0, price = price, final = how.final}
   if not ticket then return nil, why, "budget" end
-  req.model, req.max_tokens, req.timeout = model, ticket.max_tokens, self:call_timeout(how.final)
+  req.model, req.timeout = model, self:call_timeout(how.final)
+  req.max_tokens = ticket.max_tokens or send and cap or nil
+  req.reasoning_effort = self:effort(label)
   local ok, res, err = pcall(llm.complete, req)
   self:settle(ticket, label, ok and res or nil)
   async.check_interrupt()

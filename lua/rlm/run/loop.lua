@@ -21,8 +21,8 @@ local RUN_OPTIONS = {task = "string", context = "any", model = "string", sub_mod
   trace = "string", on_event = "function", events = "function", prompts = "table",
   child_budget = "any",
   sub_models = "table", prices = "table", prices_file = "string", context_windows = "table",
-  context_window = "number", resume = "any", cache = "any", child_max_iterations = "number",
-  history = "any", prompt_cache = "any", otel = "any",
+  context_window = "number", output_limits = "table", reasoning_effort = "string", resume = "any",
+  cache = "any", child_max_iterations = "number", history = "any", prompt_cache = "any", otel = "any",
   -- internal: a child run's share of its parent
   _budget = "any", _depth = "any", _trace = "any", _parent = "any", _replay = "any", _append = "any",
   _tool_counts = "any", _slot = "any", _recording = "any"}
@@ -222,6 +222,20 @@ local function sandbox_step(fn, ...)
   return false, tostring(res[2])
 end
 
+-- A model that refuses the task (OpenAI's message.refusal, Anthropic's stop_reason "refusal")
+-- ends the run: its reply is no code to run, and asking again or extracting would ask the same
+-- model the same thing. The result says so in one line.
+local REFUSAL_SHOWN = 300
+
+function Run:refused(reply)
+  local text = reply.refusal or reply.text or ""
+  self:record{type = "refusal", turn = self.turn, reply = text, usage = reply.usage}
+  local line = text:gsub("%s+", " "):gsub("^ ", ""):gsub(" $", "")
+  if #line > REFUSAL_SHOWN then line = line:sub(1, REFUSAL_SHOWN) .. "..." end
+  return {reason = "refused", detail = "the model refused the task" ..
+          (line ~= "" and ": " .. line or " (it gave no reason)")}
+end
+
 function Run:loop()
   local desc_type, chars, preview = self:described()
   local vars = {
@@ -265,6 +279,7 @@ function Run:loop()
     if not reply then
       return {reason = "model_error", detail = "model call failed: " .. tostring(err), extract = true}
     end
+    if reply.finish_reason == "refusal" then return self:refused(reply) end
     local request_chars = prompt_chars{system = self.system, messages = messages}
     messages[#messages + 1] = {role = "assistant", content = reply.text}
     self.steps_code, self.step_calls = {}, {}
@@ -375,6 +390,7 @@ function M.new_run(opts)
     extract_seconds = depth == 0 and opts.max_time
       and math.min(option(opts, "extract_seconds"), opts.max_time * 0.1) or 0,
     child_budget = opts.child_budget, context_windows = opts.context_windows,
+    output_limits = opts.output_limits, reasoning_effort = opts.reasoning_effort,
     history = option(opts, "history"), compact_at = option(opts, "compact_at"),
     final_beside_code = option(opts, "final_beside_code"), prompt_cache = option(opts, "prompt_cache"),
     replay = opts._replay or nil, differences = opts._replay and {} or nil,
@@ -397,6 +413,9 @@ function M.new_run(opts)
     or llm.context_window(llm.label(model), opts.context_windows)
   if self.prompt_cache ~= "auto" and type(self.prompt_cache) ~= "boolean" then
     error('prompt_cache must be "auto", true or false', 0)
+  end
+  if self.reasoning_effort and not llm.reasoning_tokens[self.reasoning_effort] then
+    error('reasoning_effort must be "minimal", "low", "medium" or "high"', 0)
   end
   if self.final_beside_code ~= "wait" and self.final_beside_code ~= "accept" then
     error('final_beside_code must be "wait" or "accept"', 0)

@@ -62,8 +62,10 @@ end
 local BATCH_MIN_OUTPUT = 256
 
 function Run:batch_output(prompts, label)
-  local want = self.max_output_tokens
-  if #prompts < 2 then return want end
+  local longest = 0
+  for _, p in ipairs(prompts) do longest = math.max(longest, #p) end
+  local want, send = self:output_cap(label, longest, true)
+  if #prompts < 2 then return want, send end
   local r = self.budget:remaining()
   local keep, keep_cost = self.budget:kept()
   local prompt_tokens = 0
@@ -76,7 +78,7 @@ function Run:batch_output(prompts, label)
     local room = r.cost - keep_cost - prompt_tokens * price.input / 1e6
     want = math.min(want, math.floor(room * 1e6 / price.output / #prompts))
   end
-  return math.max(want, BATCH_MIN_OUTPUT)
+  return math.max(want, BATCH_MIN_OUTPUT), send
 end
 
 -- ---------- the sub-call cache (rlm.cache) ----------
@@ -94,19 +96,34 @@ function Run:remember(label, prompt, res)
   if not ok then self.cache_error = self.cache_error or err end
 end
 
--- Sub-calls from code: each prompt is checked and reserved before anything is sent; what the
--- budget cannot afford comes back as an error string in its slot, as a failed call does, so
--- the code sees it and the rest of the batch runs. on_answer(i, text), when given, hears each
--- prompt's answer as soon as it is known (llm_query_batched_iter). images: by prompt, a list of
--- images or nil.
+-- Why a sent sub-call gave no answer, as "cause: message" (the cause a word the code can test:
+-- timeout, http, too_large, cut, refusal, ...), or nil for an answer.
+local function failure(r)
+  if r.error then return ("%s: %s"):format(r.kind or "error", tostring(r.error)) end
+  if r.finish_reason == "refusal" then
+    local text = (r.refusal or r.text or ""):gsub("%s+", " ")
+    return "refusal: the model refused" .. (text:find("%S") and ": " .. text or "")
+  end
+end
+
+-- The one rule for a sub-call that fails, whatever the cause (a budget limit, the context
+-- window, a timeout, an HTTP error, an answer too large, a refusal): its text is
+-- "cause: why", and a single call (llm_query, rlm_query) raises it as RuntimeError in the code,
+-- while in a batch that item is the string "[ERROR] cause: why" and the others are answers.
+local SINGLE = {llm_query = true, rlm_query_fallback = true}
+
+-- Sub-calls from code: each prompt is checked and reserved before anything is sent; what
+-- cannot be sent or answered fails as the rule above says, so one bad item does not lose a
+-- batch. on_answer(i, text), when given, hears each prompt's answer as soon as it is known
+-- (llm_query_batched_iter). images: by prompt, a list of images or nil.
 function Run:llm_query(prompts, model, kind, on_answer, images)
   local label, err = self:allowed_model(model)
   if not label then return nil, err end
   model = model or self.sub_model
   local started = sys.now()
   local texts, sends, caps, tickets, slots = {}, {}, {}, {}, {}
-  local refusal   -- a refusal's text, for llm_query (one prompt) to raise
-  local output = self:batch_output(prompts, label)
+  local first_failure   -- what a single call raises
+  local output, send = self:batch_output(prompts, label)
   -- looked up once for the batch (false: none)
   local price = self:price(label) or false
   local window = llm.context_window(label, self.context_windows) or false
@@ -135,7 +152,7 @@ function Run:llm_query(prompts, model, kind, on_answer, images)
     end
     if why then
       texts[i] = "[ERROR] " .. why
-      refusal = refusal or why
+      first_failure = first_failure or why
     end
   end
   local granted, whys = self.budget:reserve_all(calls)
@@ -145,25 +162,28 @@ function Run:llm_query(prompts, model, kind, on_answer, images)
       local n = #sends + 1
       local imgs = images and images[i]
       sends[n] = imgs and images_mod.content(label, prompts[i], imgs) or prompts[i]
-      caps[n], tickets[n], slots[n] = ticket.max_tokens, ticket, i
+      tickets[n], slots[n] = ticket, i
+      caps[n] = ticket.max_tokens or send and output or nil
     else
       texts[i] = "[ERROR] " .. whys[c]
-      refusal = refusal or whys[c]
+      first_failure = first_failure or whys[c]
     end
   end
-  if kind == "llm_query" and refusal then return nil, refusal end
+  if SINGLE[kind] and first_failure then return nil, first_failure end
   if on_answer then
     for i in ipairs(prompts) do
       if texts[i] then on_answer(i, texts[i]) end
     end
   end
   local on_result = on_answer and function(n, r)
-    on_answer(slots[n], r.error and "[ERROR] " .. tostring(r.error) or r.text)
+    local why = failure(r)
+    on_answer(slots[n], why and "[ERROR] " .. why or r.text)
   end
   -- The run's calls from every thread of its code share one width (batch_concurrency).
   local width = math.min(#sends, self.batch_concurrency)
   self.call_width.acquire(width)
-  local ok, results = pcall(llm.batch_prompts, {model = model, timeout = timeout}, sends,
+  local ok, results = pcall(llm.batch_prompts, {model = model, timeout = timeout,
+                                                reasoning_effort = self:effort(label)}, sends,
                             {concurrency = self.batch_concurrency, max_tokens = caps,
                              on_result = on_result})
   self.call_width.release(width)
@@ -172,23 +192,27 @@ function Run:llm_query(prompts, model, kind, on_answer, images)
     async.check_interrupt()
     return nil, tostring(results)
   end
-  -- A failed item becomes an error string in its slot, as DSPy does, so one bad call does not
-  -- lose the batch; the code can test for the prefix.
   local usage, costs, spent, spent_costs = {}, {}, {}, {}   -- by prompt; by call
   for n, r in ipairs(results) do
     local slot = slots[n]
-    if r.error then
-      texts[slot] = "[ERROR] " .. tostring(r.error)
-    else
+    local why = failure(r)
+    if not r.error then   -- a refusal was answered, and billed
       local cost = self:cost_of(label, r.usage, price)
       spent[n], spent_costs[n] = r.usage or EMPTY, cost
-      texts[slot], usage[slot], costs[slot] = r.text, r.usage, cost
+      usage[slot], costs[slot] = r.usage, cost
+    end
+    if why then
+      texts[slot] = "[ERROR] " .. why
+      first_failure = first_failure or why
+    else
+      texts[slot] = r.text
       self:remember(label, keys[slot], r)
     end
   end
   self.budget:settle_all(tickets, label, spent, spent_costs)
   async.check_interrupt()
   self:sub_prompt_record(kind, prompts, texts, started, label, usage, costs)
+  if SINGLE[kind] and first_failure then return nil, first_failure end
   return texts
 end
 
@@ -226,7 +250,10 @@ function Run:rlm_query(task, context, at, item)
   self:record{type = "subcall", kind = "rlm_query", turn = self.turn, child = child.run_id,
               duration = sys.now() - started, reason = child.reason}
   local answer = child.answer
-  if answer == nil then return nil, "the child run ended without an answer: " .. tostring(child.reason) end
+  if answer == nil then
+    return nil, ("%s: the child run ended without an answer%s"):format(tostring(child.reason),
+      child.detail and " (" .. child.detail .. ")" or "")
+  end
   return {type(answer) == "string" and answer or json.encode(answer)}
 end
 
