@@ -123,7 +123,7 @@ tests["a refusal ends the run and says so in one line, on both wires"] = functio
       .. "that request. Sorry.)\n", model)
     local kinds = {}
     for _, rec in ipairs(assert(trace.read(path))) do kinds[#kinds + 1] = rec.type end
-    T.eq(kinds, {"start", "refusal", "final"}, "no step, no extraction: " .. model)
+    T.eq(kinds, {"start", "prompt", "reply", "refusal", "final"}, "no step, no extraction: " .. model)
   end
   T.eq(F.stats(server).requests, 2, "one request a run: nothing asked again")
 end
