@@ -194,6 +194,20 @@ function M.context_window(label, extra)
   return extra and budget.lookup(extra, label) or budget.lookup(M.context_windows, label)
 end
 
+--- Output limits in tokens (the most one reply may have), by "provider/model", from the
+-- providers' model pages; a reservation for a call's reply never exceeds its model's.
+M.output_limits = {
+  ["openai/gpt-4o"] = 16384, ["openai/gpt-4o-mini"] = 16384, ["openai/gpt-4.1"] = 32768,
+  ["openai/gpt-5"] = 128000,
+  ["anthropic/claude-sonnet-4-5"] = 64000, ["anthropic/claude-sonnet-4"] = 64000,
+  ["anthropic/claude-haiku-4-5"] = 64000, ["anthropic/claude-opus-4-1"] = 32000,
+}
+
+--- The output limit of a label in tokens, or nil when unknown.
+function M.output_limit(label)
+  return budget.lookup(M.output_limits, label)
+end
+
 --- The "provider/model" label of a model string. Raises for an unknown provider.
 function M.label(model)
   local _, provider, name = M.resolve(model, 2)

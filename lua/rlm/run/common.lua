@@ -23,7 +23,7 @@ M.defaults = {
   inline_context_chars = 65536, -- larger contexts are uploaded as a file, not sent inline
   timeout = 900,              -- sandbox lifetime
   batch_concurrency = 64,     -- llm_query_batched calls in flight at once
-  max_output_tokens = 8192,   -- the output cap sent with each call while max_tokens or max_cost holds
+  max_output_tokens = 8192,   -- the most output reserved for a call while max_tokens or max_cost holds
   extract_seconds = 5,        -- under max_time, kept back from the turns for the final extraction
   history = "compact",        -- "compact" | "full" | function(messages, info) -> messages
   compact_at = 0.8,           -- the share of the context window at which history is compacted
@@ -104,6 +104,21 @@ function Run:cost_of(label, usage, price)
   return (budget_mod.cost(p or nil, usage))
 end
 
+-- The fewest output tokens reserved for a turn (code) and a sub-call, once replies are seen.
+local TURN_FLOOR, SUB_FLOOR = 1024, 256
+
+-- The most output a call on label may be given: max_output_tokens, within the model's limit.
+function Run:output_limit(label)
+  return math.min(self.max_output_tokens, llm.output_limit(label) or math.huge)
+end
+
+-- The output tokens reserved for a call of kind ("turn", "sub") on label: twice the longest
+-- such reply of the run's tree so far, or the output limit before any (budget:output_reserve).
+function Run:output_reserve(kind, label)
+  return self.budget:output_reserve(kind, label, self:output_limit(label),
+                                    kind == "turn" and TURN_FLOOR or SUB_FLOOR)
+end
+
 -- Settles a reserved call with what it used.
 function Run:settle(ticket, label, res)
   if not res then return self.budget:settle(ticket, label) end
@@ -136,8 +151,10 @@ function Run:model_call(model, req, how)
   if price and writes_billed then
     price = {input = math.max(price.input, budget_mod.write_rate(price)), output = price.output}
   end
+  -- The extraction is the last call: it may have all that is left, up to the output limit.
+  local output = how.final and self:output_limit(label) or self:output_reserve("turn", label)
   local ticket, why = self.budget:reserve{prompt_chars = M.prompt_chars(req), label = label,
-    output = self.max_output_tokens, sub = self.depth > 0, price = price, final = how.final}
+    output = output, sub = self.depth > 0, price = price, final = how.final, kind = "turn"}
   if not ticket then return nil, why, "budget" end
   req.model, req.max_tokens, req.timeout = model, ticket.max_tokens, self:call_timeout(how.final)
   local ok, res, err = pcall(llm.complete, req)

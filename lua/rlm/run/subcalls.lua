@@ -55,26 +55,28 @@ function Run:too_big(label, prompt, window)
   end
 end
 
--- The output cap for each call of a batch: under a token or cost limit, an even share of what
--- remains (at least BATCH_MIN_OUTPUT), so one item's reservation does not crowd out the rest.
+-- The output cap for each call of a batch: what a sub-call's reply may use (output_reserve),
+-- and under a token or cost limit at most an even share of what remains (at least
+-- BATCH_MIN_OUTPUT), so one item's reservation does not crowd out the rest.
 local BATCH_MIN_OUTPUT = 256
 
 function Run:batch_output(prompts, label)
-  local want = self.max_output_tokens
-  if #prompts < 2 then return want end
+  local reserve = self:output_reserve("sub", label)
+  if #prompts < 2 then return reserve end
   local r = self.budget:remaining()
   local keep, keep_cost = self.budget:kept()
   local prompt_tokens = 0
   for _, p in ipairs(prompts) do prompt_tokens = prompt_tokens + budget_mod.estimate_tokens(#p) end
+  local share = reserve
   if r.tokens then
-    want = math.min(want, math.floor((r.tokens - keep - prompt_tokens) / #prompts))
+    share = math.min(share, math.floor((r.tokens - keep - prompt_tokens) / #prompts))
   end
   local price = self:price(label)
   if r.cost and price and price.output > 0 then
     local room = r.cost - keep_cost - prompt_tokens * price.input / 1e6
-    want = math.min(want, math.floor(room * 1e6 / price.output / #prompts))
+    share = math.min(share, math.floor(room * 1e6 / price.output / #prompts))
   end
-  return math.max(want, BATCH_MIN_OUTPUT)
+  return math.min(reserve, math.max(share, BATCH_MIN_OUTPUT))
 end
 
 -- ---------- the sub-call cache ----------
@@ -111,15 +113,68 @@ function Run:remember(label, prompt, res)
   sys.write_file(path, json.encode{key = key, text = res.text, usage = res.usage})
 end
 
+-- Whether a refusal may pass once calls in flight are settled: reservations are released then,
+-- and what they did not use (and what replies have been) may afford it.
+local function may_pass_later(why)
+  return why:find("^max_cost:") or why:find("^max_tokens:")
+end
+
+-- Sends one wave of a batch: the calls of `calls` (each {prompt_chars, ... , slot}) the budget
+-- grants now, their answers put into texts, usage and costs at their slots. Returns the calls
+-- refused, with their refusals, and whether any was granted; or nil and what the batch raised
+-- (every reservation settled first).
+function Run:batch_wave(calls, prompts, model, label, price, timeout, out)
+  local granted, whys = self.budget:reserve_all(calls)
+  local sends, caps, tickets, slots, refused, refusals = {}, {}, {}, {}, {}, {}
+  for c, call in ipairs(calls) do
+    local ticket = granted[c]
+    if ticket then
+      local n = #sends + 1
+      sends[n], caps[n], tickets[n], slots[n] = prompts[call.slot], ticket.max_tokens, ticket,
+        call.slot
+    else
+      refused[#refused + 1], refusals[#refused + 1] = call, whys[c]
+    end
+  end
+  if #sends == 0 then return refused, refusals, false end
+  local ok, results = pcall(llm.batch_prompts, {model = model, timeout = timeout}, sends,
+                            {concurrency = self.batch_concurrency, max_tokens = caps})
+  if not ok then
+    self.budget:settle_all(tickets, label, EMPTY, EMPTY)
+    async.check_interrupt()
+    return nil, tostring(results)
+  end
+  -- A failed item becomes an error string in its slot, as DSPy does, so one bad call does not
+  -- lose the batch; the code can test for the prefix.
+  local spent, spent_costs = {}, {}   -- by call
+  for n, r in ipairs(results) do
+    local slot = slots[n]
+    if r.error then
+      out.texts[slot] = "[ERROR] " .. tostring(r.error)
+    else
+      local cost = self:cost_of(label, r.usage, price)
+      spent[n], spent_costs[n] = r.usage or EMPTY, cost
+      out.texts[slot], out.usage[slot], out.costs[slot] = r.text, r.usage, cost
+      self:remember(label, prompts[slot], r)
+    end
+  end
+  self.budget:settle_all(tickets, label, spent, spent_costs)
+  async.check_interrupt()
+  return refused, refusals, true
+end
+
 -- Sub-calls from code: each prompt is checked and reserved before anything is sent; what the
 -- budget cannot afford comes back as an error string in its slot, as a failed call does, so
--- the code sees it and the rest of the batch runs.
+-- the code sees it and the rest of the batch runs. Under a cost or token limit a batch goes in
+-- waves: what is refused while calls are in flight is tried again when their answers have
+-- released what they held, until a wave is granted nothing.
 function Run:llm_query(prompts, model, kind)
   local label, err = self:allowed_model(model)
   if not label then return nil, err end
   model = model or self.sub_model
   local started = sys.now()
-  local texts, sends, caps, tickets, slots = {}, {}, {}, {}, {}
+  local out = {texts = {}, usage = {}, costs = {}}
+  local texts = out.texts
   local refusal   -- a refusal's text, for llm_query (one prompt) to raise
   local output = self:batch_output(prompts, label)
   -- looked up once for the batch (false: none)
@@ -128,7 +183,7 @@ function Run:llm_query(prompts, model, kind)
   local out_of_time, timeout = self:time_left() == 0, self:call_timeout()
   -- First what each prompt is (too big, cached, out of time, or a call to reserve), then the
   -- calls reserved together, in order, as one reservation after another would be.
-  local calls, waiting = {}, {}
+  local calls = {}
   for i, p in ipairs(prompts) do
     local why = self:too_big(label, p, window)
     local hit = not why and self:cached(label, p)
@@ -141,50 +196,32 @@ function Run:llm_query(prompts, model, kind)
       why = ("max_time: the run's %g s are up"):format(self.budget:binding("seconds", "max_time"))
     elseif not why then
       calls[#calls + 1] = {prompt_chars = #p, output = output, sub = true, price = price or nil,
-                           label = label}
-      waiting[#calls] = i
+                           label = label, kind = "sub", slot = i}
     end
     if why then
       texts[i] = "[ERROR] " .. why
       refusal = refusal or why
     end
   end
-  local granted, whys = self.budget:reserve_all(calls)
-  for c, i in ipairs(waiting) do
-    local ticket = granted[c]
-    if ticket then
-      local n = #sends + 1
-      sends[n], caps[n], tickets[n], slots[n] = prompts[i], ticket.max_tokens, ticket, i
-    else
-      texts[i] = "[ERROR] " .. whys[c]
-      refusal = refusal or whys[c]
+  local sent = true
+  while #calls > 0 and sent do
+    local refused, whys, any = self:batch_wave(calls, prompts, model, label, price, timeout, out)
+    if not refused then return nil, whys end
+    sent, calls = any, {}
+    local again = {}
+    for c, call in ipairs(refused) do
+      if any and may_pass_later(whys[c]) then
+        calls[#calls + 1], again[#calls + 1] = call, prompts[call.slot]
+      else
+        texts[call.slot] = "[ERROR] " .. whys[c]
+        refusal = refusal or whys[c]
+      end
     end
+    output = #calls > 0 and self:batch_output(again, label)
+    for _, call in ipairs(calls) do call.output = output end
   end
   if kind == "llm_query" and refusal then return nil, refusal end
-  local ok, results = pcall(llm.batch_prompts, {model = model, timeout = timeout}, sends,
-                            {concurrency = self.batch_concurrency, max_tokens = caps})
-  if not ok then
-    self.budget:settle_all(tickets, label, EMPTY, EMPTY)
-    async.check_interrupt()
-    return nil, tostring(results)
-  end
-  -- A failed item becomes an error string in its slot, as DSPy does, so one bad call does not
-  -- lose the batch; the code can test for the prefix.
-  local usage, costs, spent, spent_costs = {}, {}, {}, {}   -- by prompt; by call
-  for n, r in ipairs(results) do
-    local slot = slots[n]
-    if r.error then
-      texts[slot] = "[ERROR] " .. tostring(r.error)
-    else
-      local cost = self:cost_of(label, r.usage, price)
-      spent[n], spent_costs[n] = r.usage or EMPTY, cost
-      texts[slot], usage[slot], costs[slot] = r.text, r.usage, cost
-      self:remember(label, prompts[slot], r)
-    end
-  end
-  self.budget:settle_all(tickets, label, spent, spent_costs)
-  async.check_interrupt()
-  self:sub_prompt_record(kind, prompts, texts, started, label, usage, costs)
+  self:sub_prompt_record(kind, prompts, texts, started, label, out.usage, out.costs)
   return texts
 end
 
