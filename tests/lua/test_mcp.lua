@@ -315,6 +315,9 @@ tests["stdio: rlm_execute runs the loop against the LLM stand-in, with progress"
   T.eq(r.result.content[1].text, "6")
   T.eq(r.result.structuredContent.fields.answer, "6")
   T.eq(r.result.structuredContent.iterations, 1)
+  local estimate = r.result.structuredContent.estimate
+  T.truthy(estimate.first_call.prompt_tokens > 100, "what the run would cost, made before it")
+  T.eq(estimate.models[1].model, "openai/root-model")
   T.eq(#notes, 2, "a progress notification and a log line per turn")
   T.eq(notes[1].params.progress, 1)
   T.eq(notes[2].method, "notifications/message")

@@ -15,7 +15,7 @@ usage: rlm ask "TASK" [--context FILE|-] [--model M] [--sub-model M] [--backend 
                       [--max-time S] [--execute-timeout S] [--llm-call-timeout S]
                       [--sub-models a,b] [--prices FILE.json] [--limit NAME=VALUE]...
                       [--context-window N] [--history full|compact] [--resume FILE.jsonl]
-                      [--cache] [--events FILE|-] [--quiet]
+                      [--cache] [--events FILE|-] [--quiet] [--dry-run]
 
 Runs the RLM loop: the model explores the context in a sandbox by writing Python, until its
 code calls SUBMIT. Prints the answer (or, with --json, every output field and the run's usage).
@@ -36,7 +36,10 @@ answers under $XDG_CACHE_HOME/rlm and sends no repeated sub-call.
 programs to follow; with `-` they go to stdout and the answer is only in the last one.
 Exit codes: 0 an answer (submitted, or extracted when the run stopped early: the reason goes
 to stderr), 1 an error before the run could start, 2 a usage error, 3 no answer (the reason
-goes to stderr, nothing to stdout), 130/143 interrupted by SIGINT/SIGTERM.]]
+goes to stderr, nothing to stdout), 130/143 interrupted by SIGINT/SIGTERM.
+--dry-run sends nothing and starts no sandbox: it prints what the first call costs, a typical
+run's cost, the worst case the budget allows and the price of each model the run may use
+(with --json, as {"preview": ...}).]]
 
 local SPEC = {context = "string", model = "string", sub_model = "string", backend = "string",
               outputs = "list", json = "flag", trace = "string", max_iterations = "number",
@@ -44,7 +47,7 @@ local SPEC = {context = "string", model = "string", sub_model = "string", backen
               max_time = "number", max_tokens = "number", quiet = "flag", limit = "assign",
               execute_timeout = "number", llm_call_timeout = "number", sub_models = "list",
               prices = "string", context_window = "number", history = "string",
-              resume = "string", cache = "flag", events = "string"}
+              resume = "string", cache = "flag", events = "string", dry_run = "flag"}
 
 -- Writes each record as one JSON line to path ("-": stdout), flushed at once.
 local function event_writer(path)
@@ -100,7 +103,17 @@ function M.main(argv)
     llm_call_timeout = opts.llm_call_timeout, sub_models = opts.sub_models, prices_file = opts.prices,
     context_window = opts.context_window, history = opts.history, resume = opts.resume,
     cache = opts.cache or nil, events = opts.events and event_writer(opts.events),
+    dry_run = opts.dry_run or nil,
   }
+  if res.preview then
+    if opts.json then
+      print(json.encode{preview = res.preview})
+    else
+      print(table.concat(require("rlm.preview").lines(res.preview), "\n"))
+      print("nothing was sent")
+    end
+    return 0
+  end
   local answered = res.submitted or res.extracted
   -- with --events -, stdout carries the events only
   local to_stdout = opts.events ~= "-"

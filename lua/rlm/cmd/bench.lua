@@ -5,6 +5,7 @@ local budget = require "rlm.budget"
 local evals = require "rlm.evals"
 local json = require "rlm.json"
 local llm = require "rlm.llm"
+local preview = require "rlm.preview"
 local sys = require "rlm.sys"
 
 local M = {}
@@ -47,31 +48,13 @@ local SPEC = {model = "string", sub_model = "string", n = "number", lengths = "l
               dry_run = "flag", data = "string", corpus = "string", documents = "number",
               judge_model = "string"}
 
-local DIRECT_WINDOW = 128000       -- tokens the direct baseline assumes when the model's is unknown
-local CHARS_PER_TOKEN = 4
+local CHARS_PER_TOKEN = preview.CHARS_PER_TOKEN
+local DIRECT_WINDOW = preview.DIRECT_WINDOW
 
 -- The tasks, each a module of rlm.bench: queries(opts), score(answer, item, ctx), defaults.
 local TASKS = {["s-niah"] = "rlm.bench.sniah", oolong = "rlm.bench.oolong",
                ["oolong-pairs"] = "rlm.bench.oolong_pairs", codeqa = "rlm.bench.codeqa",
                ["browsecomp-plus"] = "rlm.bench.browsecomp_plus"}
-
--- Estimated tokens and cost of one query of `length` tokens by method, from the price table:
--- the RLM reads the context once through sub-calls plus about four root turns; the direct
--- baseline sends the context cut to its window; a judged task adds a short judge call.
-local function estimate(opts, length)
-  local root = llm.price(llm.label(opts.model), opts.prices)
-  local sub = llm.price(llm.label(opts.sub_model), opts.prices)
-  local judge = opts.judged and llm.price(llm.label(opts.judge_model), opts.prices)
-  local judge_cost = opts.judged and (judge and (1500 * judge.input + 100 * judge.output) / 1e6) or 0
-  local rlm_in_sub, rlm_in_root, rlm_out = length, 4 * 3000, 4 * 400
-  local rlm_cost = root and sub and judge_cost and (rlm_in_root * root.input + rlm_out * root.output
-                                     + rlm_in_sub * sub.input + length // 50 * sub.output) / 1e6 + judge_cost
-  local window = llm.context_window(llm.label(opts.model)) or DIRECT_WINDOW
-  local direct_in = math.min(length, window - 1000)
-  local direct_cost = root and judge_cost and (direct_in * root.input + 200 * root.output) / 1e6 + judge_cost
-  return {rlm = {tokens = rlm_in_sub + rlm_in_root + rlm_out, cost = rlm_cost},
-          direct = {tokens = direct_in + 200, cost = direct_cost}}
-end
 
 local function read_results(path)
   local done, list = {}, {}
@@ -260,7 +243,7 @@ local function dry_run(opts, task, queries, methods)
   local total = 0
   for _, key in ipairs(order) do
     local g = by_length[key]
-    local e = estimate(opts, g.tokens // g.n)
+    local e = preview.estimate(opts, g.tokens // g.n)
     for _, m in ipairs(methods) do
       local cost = e[m].cost
       total = total + (cost or 0) * g.n

@@ -198,9 +198,20 @@ function Server:add_usage(usage)
   budget.add_usage(self.totals, usage, USAGE_KEYS)
 end
 
--- One rlm.run with progress reported per turn (or by stage(e)); returns the result table.
+-- What the run of opts would cost (rlm.preview), worked out before it starts; nil when a dry
+-- run cannot tell (the run itself then says why).
+local function estimate(opts)
+  local dry = {dry_run = true}
+  for k, v in pairs(opts) do if k ~= "on_event" then dry[k] = v end end
+  local ok, res = pcall(require("rlm").run, dry)
+  return ok and res.preview or nil
+end
+
+-- One rlm.run with progress reported per turn (or by stage(e)); returns the result table, with
+-- the estimate made before it started.
 function Server:run_loop(ctx, opts, stage)
   opts.model, opts.backend = self.cfg.model, self.cfg.backend
+  local before = estimate(opts)
   opts.on_event = function(e)
     if e.type == "budget_warning" then
       ctx.log("warning", ("budget: %s has %.4g of %.4g left"):format(e.limit, e.remaining, e.of), "rlm")
@@ -222,6 +233,7 @@ function Server:run_loop(ctx, opts, stage)
   local ok, res = pcall(require("rlm").run, opts)
   if not ok then error(res, 0) end
   self:add_usage(res.usage)
+  res.estimate = before
   return res
 end
 
@@ -231,7 +243,7 @@ local function loop_result(res, outputs)
   local fields = res.fields or {}
   local structured = {fields = json.object(fields), reason = res.reason, detail = res.detail,
                       iterations = res.iterations, submitted = res.submitted,
-                      extracted = res.extracted, usage = res.usage}
+                      extracted = res.extracted, usage = res.usage, estimate = res.estimate}
   if not res.submitted and not res.extracted then
     return mcp.text_result(("The run ended without an answer: %s%s"):format(tostring(res.reason),
                            res.detail and " (" .. res.detail .. ")" or ""), structured, true)

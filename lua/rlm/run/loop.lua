@@ -22,7 +22,7 @@ local RUN_OPTIONS = {task = "string", context = "any", model = "string", sub_mod
   child_budget = "any",
   sub_models = "table", prices = "table", prices_file = "string", context_windows = "table",
   context_window = "number", resume = "any", cache = "any", child_max_iterations = "number",
-  history = "any", prompt_cache = "any",
+  history = "any", prompt_cache = "any", dry_run = "boolean",
   -- internal: a child run's share of its parent
   _budget = "any", _depth = "any", _trace = "any", _parent = "any", _replay = "any", _append = "any"}
 
@@ -227,7 +227,8 @@ local function spent_since(budget, before)
           output_tokens = now.output_tokens - before.output_tokens, cost = now.cost - before.cost}
 end
 
-function Run:loop()
+-- Renders the system prompt and the first message, which every turn's request begins with.
+function Run:render_start()
   local desc_type, chars, preview = describe(self.context)
   local vars = {
     task = self.task, context_type = desc_type, context_chars = chars, context_preview = preview,
@@ -238,6 +239,10 @@ function Run:loop()
   }
   self.system = self:render("system", vars)
   self.first_message = self:render("first", vars)
+end
+
+function Run:loop()
+  self:render_start()
   local messages = {{role = "user", content = self.first_message}}
   local loaded, why, r = sandbox_step(load_context, self.interp, self.context, self.inline_context_chars)
   if not loaded then return {reason = "sandbox_error", detail = why} end
@@ -344,9 +349,11 @@ function M.new_run(opts)
   if not model then
     error("no model: pass model = \"provider/name\" or set RLM_MODEL (e.g. openai/gpt-4o)", 0)
   end
-  -- A missing key must fail here, before any sandbox exists, not at the first turn.
-  local ok, err = pcall(llm.check, model)
-  if ok and opts.sub_model then ok, err = pcall(llm.check, opts.sub_model) end
+  -- A missing key must fail here, before any sandbox exists, not at the first turn; a dry run
+  -- sends nothing and needs none.
+  local check = opts.dry_run and llm.label or llm.check
+  local ok, err = pcall(check, model)
+  if ok and opts.sub_model then ok, err = pcall(check, opts.sub_model) end
   if not ok then error(tostring(err):gsub("^[^:]*:%d+: ", ""), 0) end
   local self = setmetatable({
     opts = opts, task = opts.task, context = opts.context,
