@@ -63,6 +63,26 @@ function M.write_rate(price)
   return price.cache_write or price.input * 1.25
 end
 
+--- What prompt caching saved on a sum of calls on one model (input_tokens, cache_read_tokens,
+-- cache_write_tokens) at price, in USD: the reads' discount less the writes' surcharge; 0
+-- without a price.
+function M.cache_saved(price, sum)
+  if not price then return 0 end
+  local read, written = sum.cache_read_tokens or 0, sum.cache_write_tokens or 0
+  return (read * (price.input - (price.cached_input or price.input))
+    - written * (M.write_rate(price) - price.input)) / 1e6
+end
+
+--- A few words on what prompt caching did in usage (cache_read_tokens, cache_write_tokens and
+-- prompt_cache_saved, USD), for progress lines and reports; "" when it did nothing.
+function M.cache_words(u)
+  local read, written = u.cache_read_tokens or 0, u.cache_write_tokens or 0
+  if read == 0 and written == 0 then return "" end
+  local words = ("cache %d read, %d written"):format(read, written)
+  if u.prompt_cache_saved then words = words .. (", saved $%.4f"):format(u.prompt_cache_saved) end
+  return words
+end
+
 local function rate(v, optional)
   if v == nil then return optional end
   return type(v) == "number" and v >= 0

@@ -1,5 +1,6 @@
 --- `rlm ask "TASK"`: one RLM run from the command line.
 local args = require "rlm.args"
+local budget = require "rlm.budget"
 local json = require "rlm.json"
 local sys = require "rlm.sys"
 
@@ -19,9 +20,10 @@ usage: rlm ask "TASK" [--context FILE|-] [--model M] [--sub-model M] [--backend 
 
 Runs the RLM loop: the model explores the context in a sandbox by writing Python, until its
 code calls SUBMIT. Prints the answer (or, with --json, every output field and the run's usage).
-One progress line per turn goes to stderr (--quiet: none). The model comes from --model or
-RLM_MODEL (provider/name, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5, local/NAME); the
-backend from --backend or RLM_BACKEND (default local).
+One progress line per turn goes to stderr (--quiet: none), with what was read from and
+written to the provider's prompt cache and what that saved, once it was used. The model comes
+from --model or RLM_MODEL (provider/name, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5,
+local/NAME); the backend from --backend or RLM_BACKEND (default local).
 Budgets hold for the whole tree of sub-calls and child runs: --max-llm-calls (calls made
 for code), --max-tokens, --max-cost (needs a price for every model: rlm.prices, --prices or
 RLM_PRICES), --max-time (a deadline for everything, code included). --sub-models lists the
@@ -82,9 +84,10 @@ local function progress(e)
   end
   if e.type ~= "turn" then return end
   local u = e.usage
-  io.stderr:write(("%sturn %d/%d  tokens %d  calls %d  cost $%.4f  %.1fs\n"):format(
+  local cache = budget.cache_words(u)
+  io.stderr:write(("%sturn %d/%d  tokens %d  calls %d  cost $%.4f  %.1fs%s\n"):format(
     string.rep("  ", e.depth), e.turn, e.max_iterations, u.total_tokens, u.llm_calls, u.cost,
-    u.elapsed))
+    u.elapsed, cache ~= "" and "  " .. cache or ""))
 end
 
 function M.main(argv)

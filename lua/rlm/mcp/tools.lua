@@ -190,7 +190,8 @@ local function with_freed_note(def, result, seconds)
   return result
 end
 
-local USAGE_KEYS = {"calls", "llm_calls", "input_tokens", "output_tokens", "total_tokens", "cost"}
+local USAGE_KEYS = {"calls", "llm_calls", "input_tokens", "output_tokens", "total_tokens", "cost",
+                    "cache_read_tokens", "cache_write_tokens", "prompt_cache_saved"}
 
 function Server:add_usage(usage)
   if type(usage) ~= "table" then return end
@@ -222,9 +223,10 @@ function Server:run_loop(ctx, opts, stage)
       end
       -- A log line per turn: what a client shows of a long run even without progress.
       local u = e.usage or {}
-      ctx.log("info", ("turn %d of at most %d: %d tokens, %d sub-calls, $%.4f, %.1f s"):format(
+      local cache = budget.cache_words(u)
+      ctx.log("info", ("turn %d of at most %d: %d tokens, %d sub-calls, $%.4f, %.1f s%s"):format(
         e.turn, e.max_iterations, u.total_tokens or 0, u.llm_calls or 0, u.cost or 0,
-        u.elapsed or 0), "rlm")
+        u.elapsed or 0, cache ~= "" and ", " .. cache or ""), "rlm")
     end
   end
   -- A cancelled call's task is closed mid-run: the count drops in a <close> handler.
@@ -533,10 +535,11 @@ M.definitions = {
                       backend = server.cfg.backend or require("rlm.interpreter").defaults.backend,
                       model = server.cfg.model, sandboxes = live, sandbox_ids = ids,
                       runs_in_progress = server.running, usage = totals}
+      local cache = budget.cache_words(totals)
       local text = ("backend %s, model %s, %d live sandbox(es), %d run(s) in progress; " ..
-        "usage: %d runs, %d model calls, %d tokens, $%.4f"):format(status.backend,
+        "usage: %d runs, %d model calls, %d tokens, $%.4f%s"):format(status.backend,
         status.model or "(none: set RLM_MODEL)", live, server.running, totals.runs, totals.calls,
-        totals.total_tokens, totals.cost)
+        totals.total_tokens, totals.cost, cache ~= "" and "; " .. cache or "")
       return mcp.text_result(text, status)
     end,
   },
@@ -567,7 +570,8 @@ function M.new(cfg)
   -- totals.calls: every model call; llm_calls: the sub-calls made from sandbox code.
   local server = setmetatable({cfg = cfg or {}, running = 0,
     totals = {runs = 0, calls = 0, llm_calls = 0, input_tokens = 0, output_tokens = 0,
-              total_tokens = 0, cost = 0.0}}, Server)
+              total_tokens = 0, cost = 0.0, cache_read_tokens = 0, cache_write_tokens = 0,
+              prompt_cache_saved = 0.0}}, Server)
   local list = {}
   for i, def in ipairs(M.definitions) do
     local tool = {run = runner(server, def)}

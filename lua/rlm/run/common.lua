@@ -119,6 +119,21 @@ function Run:output_reserve(kind, label)
                                     kind == "turn" and TURN_FLOOR or SUB_FLOOR)
 end
 
+-- The budget's usage with what prompt caching saved (prompt_cache_saved, USD, at the run's
+-- prices), summed over the models in the order of their names.
+function Run:usage()
+  local u = self.budget:usage()
+  local labels = {}
+  for label in pairs(u.by_model) do labels[#labels + 1] = label end
+  table.sort(labels)
+  local saved = 0
+  for _, label in ipairs(labels) do
+    saved = saved + budget_mod.cache_saved(self:price(label), u.by_model[label])
+  end
+  u.prompt_cache_saved = saved
+  return u
+end
+
 -- Settles a reserved call with what it used.
 function Run:settle(ticket, label, res)
   if not res then return self.budget:settle(ticket, label) end

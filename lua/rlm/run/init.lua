@@ -69,7 +69,7 @@ function M.run(opts)
   result.fields = result.fields or {}
   result.iterations = #self.steps
   result.depth, result.run_id = self.depth, self.id
-  result.usage = self.budget:usage()
+  result.usage = self:usage()
   result.usage.cache_hits, result.usage.cache_saved = self.cache_hits, self.cache_saved
   result.submitted = result.submitted or false
   result.extracted = result.extracted or false

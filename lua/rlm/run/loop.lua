@@ -224,7 +224,10 @@ local function spent_since(budget, before)
   local now = budget:usage()
   return {calls = now.calls - before.calls, llm_calls = now.llm_calls - before.llm_calls,
           input_tokens = now.input_tokens - before.input_tokens,
-          output_tokens = now.output_tokens - before.output_tokens, cost = now.cost - before.cost}
+          output_tokens = now.output_tokens - before.output_tokens,
+          cache_read_tokens = now.cache_read_tokens - before.cache_read_tokens,
+          cache_write_tokens = now.cache_write_tokens - before.cache_write_tokens,
+          cost = now.cost - before.cost}
 end
 
 -- Renders the system prompt and the first message, which every turn's request begins with.
@@ -293,7 +296,7 @@ function Run:loop()
     self:record(step)
     self:warn_budget()
     self:event{type = "turn", turn = turn, max_iterations = self.max_iterations,
-               usage = self.budget:usage()}
+               usage = self:usage()}
     if submitted then return {fields = submitted, reason = "submitted", submitted = true} end
     messages[#messages + 1] = {role = "user", content = self:render("turn", {
       output = output, variables = variables_line(pyvars, self.variables_more), feedback = feedback or "",

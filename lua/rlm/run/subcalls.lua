@@ -24,6 +24,7 @@ function Run:sub_prompt_record(kind, prompts, texts, started, label, usage, cost
     local u = usage and usage[i]
     items[i] = {prompt = #p > PROMPT_KEPT and p:sub(1, PROMPT_KEPT) or p, prompt_chars = #p,
                 input_tokens = u and u.input_tokens, output_tokens = u and u.output_tokens,
+                cache_read_tokens = u and u.cache_read_tokens,
                 cost = costs[i]}
   end
   self:record{type = "subcall", kind = kind, turn = self.turn, count = #prompts, model = label,
