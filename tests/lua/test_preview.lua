@@ -10,11 +10,13 @@ local tests = {}
 tests["rlm ask --dry-run sends nothing and prints the first call, the worst case, the prices"] =
 function()
   local server = F.model{rules = {{match = ".", reply = F.code("SUBMIT(answer='x')")}}}
+  local trace = T.tmpdir() .. "/run.jsonl"
   local argv = {"ask", "count the lines", "--context", "-", "--model", "openai/gpt-4o",
-                "--sub-model", "openai/gpt-4o-mini", "--dry-run"}
+                "--sub-model", "openai/gpt-4o-mini", "--dry-run", "--trace", trace}
   local r = T.run_rlm(argv, {env = F.env(server), input = ("line\n"):rep(2000)})
   T.eq(r.code, 0, r.stderr)
   T.eq(F.stats(server).requests, 0, "nothing was sent")
+  T.eq(require("rlm.sys").stat(trace), nil, "nothing was written")
   T.contains(r.stdout, "first call: openai/gpt-4o, about ")
   T.contains(r.stdout, "worst case: $")
   T.contains(r.stdout, "root openai/gpt-4o: 2.5, 1.25, -, 10;")

@@ -397,7 +397,9 @@ function M.new_run(opts)
   if self.history ~= "full" and self.history ~= "compact" and type(self.history) ~= "function" then
     error('history must be "full", "compact" or a function(messages, info) -> messages', 0)
   end
-  self.tracer = opts._trace or trace.writer(opts.trace, opts._append, opts.events)
+  -- A dry run writes nothing: not even an empty trace file in place of a recording.
+  self.tracer = opts._trace or trace.writer(not opts.dry_run and opts.trace or nil, opts._append,
+                                            opts.events)
   return self
 end
 
