@@ -69,20 +69,25 @@ tests["a refusal says in one line what is held back and why"] = function()
   T.truthy(not line:find("\n"), "one line")
 end
 
--- A turn's output cap follows the replies the run has seen, not a flat 8,192 tokens, and its
--- reservation is released when its answer arrives (the code then sees all but what was spent).
+-- A turn's output cap follows the replies the run has seen and what the budget affords, not a
+-- flat 8,192 tokens, and its reservation is released when its answer arrives (the code then
+-- sees all but what was spent).
 tests["a turn reserves from the replies seen; the reservation goes when the answer comes"] =
 function()
   local server = F.model{rules = {
     {match = "Turn 3 of", reply = F.code(
-      "b = budget()\nSUBMIT(answer=str(abs(b['cost'] + b['used']['cost'] - 1) < 1e-9))")},
+      "b = budget()\nSUBMIT(answer=str(abs(b['cost'] + b['used']['cost'] - 0.05) < 1e-9))")},
     {match = ".", reply = F.code("print(1)")},
   }}
-  local res = rlm.run{task = "t", context = "c", model = "openai/gpt-4o", max_cost = 1}
+  local res = rlm.run{task = "t", context = "c", model = "openai/gpt-4o", max_cost = 0.05}
   T.eq(res.reason, "submitted", tostring(res.detail))
   T.eq(res.answer, "True", "nothing held once the answer came")
+  -- $0.05 affords about 4,000 output tokens after the prompt and the extraction's keep
   local cap = F.stats(server).last_body.max_completion_tokens
-  T.truthy(cap >= 256 and cap < 8192, ("turn 3 asked for at most %d tokens"):format(cap))
+  T.truthy(cap >= 1024 and cap < 2048, ("turn 3 asked for at most %d tokens"):format(cap))
+  -- a generous budget holds the output limit: no reply is cut for a reservation's sake
+  rlm.run{task = "t", context = "c", model = "openai/gpt-4o", max_cost = 5}
+  T.eq(F.stats(server).last_body.max_completion_tokens, 8192)
 end
 
 return tests

@@ -104,8 +104,10 @@ function Run:cost_of(label, usage, price)
   return (budget_mod.cost(p or nil, usage))
 end
 
--- The fewest output tokens reserved for a turn (code) and a sub-call, once replies are seen.
-local TURN_FLOOR, SUB_FLOOR = 1024, 256
+-- The fewest output tokens reserved for a turn (code) and a sub-call, once replies are seen;
+-- and the share of the output the budget still affords that a call may hold whatever the
+-- replies so far, so that a generous budget cuts no reply short.
+local TURN_FLOOR, SUB_FLOOR, ROOM_SHARE = 1024, 256, 0.25
 
 -- The most output a call on label may be given: max_output_tokens, within the model's limit.
 function Run:output_limit(label)
@@ -113,10 +115,19 @@ function Run:output_limit(label)
 end
 
 -- The output tokens reserved for a call of kind ("turn", "sub") on label: twice the longest
--- such reply of the run's tree so far, or the output limit before any (budget:output_reserve).
+-- such reply of the run's tree so far, or the output limit before any (budget:output_reserve);
+-- at least the floor of its kind and ROOM_SHARE of what the budget affords.
 function Run:output_reserve(kind, label)
-  return self.budget:output_reserve(kind, label, self:output_limit(label),
-                                    kind == "turn" and TURN_FLOOR or SUB_FLOOR)
+  local floor = kind == "turn" and TURN_FLOOR or SUB_FLOOR
+  local left = self.budget:remaining()
+  local keep, keep_cost = self.budget:kept()
+  local afford = left.tokens and left.tokens - keep or math.huge
+  local p = self:price(label)
+  if left.cost and p and p.output > 0 then
+    afford = math.min(afford, (left.cost - keep_cost) * 1e6 / p.output)
+  end
+  if afford < math.huge then floor = math.max(floor, math.floor(afford * ROOM_SHARE)) end
+  return self.budget:output_reserve(kind, label, self:output_limit(label), floor)
 end
 
 -- The budget's usage with what prompt caching saved (prompt_cache_saved, USD, at the run's
