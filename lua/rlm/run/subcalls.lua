@@ -212,7 +212,8 @@ function Run:llm_query(prompts, model, kind)
     local again = {}
     for c, call in ipairs(refused) do
       if any and may_pass_later(whys[c]) then
-        calls[#calls + 1], again[#calls + 1] = call, prompts[call.slot]
+        again[#calls + 1] = prompts[call.slot]
+        calls[#calls + 1] = call
       else
         texts[call.slot] = "[ERROR] " .. whys[c]
         refusal = refusal or whys[c]
