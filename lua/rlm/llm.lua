@@ -253,7 +253,8 @@ M.output_limits = {
   ["openai/o3"] = 100000, ["openai/o4-mini"] = 100000,
   ["anthropic/claude-sonnet-4-5"] = 64000, ["anthropic/claude-sonnet-4"] = 64000,
   ["anthropic/claude-3-7-sonnet"] = 64000, ["anthropic/claude-haiku-4-5"] = 64000,
-  ["anthropic/claude-opus-4-5"] = 64000, ["anthropic/claude-opus-4"] = 32000,
+  ["anthropic/claude-opus-4-5"] = 64000, ["anthropic/claude-opus-4-1"] = 32000,
+  ["anthropic/claude-opus-4"] = 32000,
   ["anthropic/claude-3-5-haiku"] = 8192, ["anthropic/claude-3-5-sonnet"] = 8192,
   ["deepseek/deepseek-chat"] = 8192,
 }

@@ -315,6 +315,9 @@ tests["stdio: rlm_execute runs the loop against the LLM stand-in, with progress"
   T.eq(r.result.content[1].text, "6")
   T.eq(r.result.structuredContent.fields.answer, "6")
   T.eq(r.result.structuredContent.iterations, 1)
+  local estimate = r.result.structuredContent.estimate
+  T.truthy(estimate.first_call.prompt_tokens > 100, "what the run would cost, made before it")
+  T.eq(estimate.models[1].model, "openai/root-model")
   T.eq(#notes, 2, "a progress notification and a log line per turn")
   T.eq(notes[1].params.progress, 1)
   T.eq(notes[2].method, "notifications/message")
@@ -327,6 +330,21 @@ tests["stdio: rlm_execute runs the loop against the LLM stand-in, with progress"
   T.truthy(status.usage.total_tokens > 0, "tokens are counted")
   r = s.tool(3, "rlm_analyze", {data = "a,b\n1,2\n", question = "How many rows?"})
   T.eq(r.result.content[1].text, "8")
+end
+
+tests["stdio: rlm_status counts what was read from prompt caches"] = function()
+  local server = F.model{rules = {
+    {match = "Turn 3 of", reply = F.code("SUBMIT(answer='ok')")},
+    {match = ".", reply = F.code("print('y' * 5000)")},
+  }}
+  local s = stdio_server({"--model", "openai/gpt-4.1-mini"})
+  T.eq(s.tool(1, "rlm_execute", {task = "show"}).result.content[1].text, "ok")
+  local read = F.stats(server).billed["gpt-4.1-mini"].cache_read
+  T.truthy(read > 0, "the stand-in cached a prefix")
+  local r = s.tool(2, "rlm_status").result
+  T.eq(r.structuredContent.usage.cache_read_tokens, read)
+  T.truthy(r.structuredContent.usage.prompt_cache_saved > 0)
+  T.contains(r.content[1].text, ("cache %d read, 0 written, saved $"):format(read))
 end
 
 tests["stdio: rlm_code and rlm_decompose drive their runs"] = function()

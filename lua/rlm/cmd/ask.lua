@@ -1,5 +1,6 @@
 --- `rlm ask "TASK"`: one RLM run from the command line.
 local args = require "rlm.args"
+local budget = require "rlm.budget"
 local json = require "rlm.json"
 local sys = require "rlm.sys"
 
@@ -17,12 +18,14 @@ usage: rlm ask "TASK" [--context FILE|-] [--model M] [--sub-model M] [--backend 
                       [--context-window N] [--history full|compact] [--resume FILE.jsonl]
                       [--cache] [--events FILE|-] [--otel URL] [--tools FILE.lua]
                       [--venv DIR] [--reasoning-effort minimal|low|medium|high] [--quiet]
+                      [--dry-run]
 
 Runs the RLM loop: the model explores the context in a sandbox by writing Python, until its
 code calls SUBMIT. Prints the answer (or, with --json, every output field and the run's usage).
-One progress line per turn goes to stderr (--quiet: none). The model comes from --model or
-RLM_MODEL (provider/name, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5, local/NAME); the
-backend from --backend or RLM_BACKEND (default local).
+One progress line per turn goes to stderr (--quiet: none), with what was read from and
+written to the provider's prompt cache and what that saved, once it was used. The model comes
+from --model or RLM_MODEL (provider/name, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5,
+local/NAME); the backend from --backend or RLM_BACKEND (default local).
 Budgets hold for the whole tree of sub-calls and child runs: --max-llm-calls (calls made
 for code), --max-tokens, --max-cost (needs a price for every model: rlm.prices, --prices or
 RLM_PRICES), --max-time (a deadline for everything, code included). --sub-models lists the
@@ -46,7 +49,10 @@ servers (docs/lua-api.md, Tools), each a Python function in the sandbox that run
 (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT when set; none).
 Exit codes: 0 an answer (submitted, or extracted when the run stopped early: the reason goes
 to stderr), 1 an error before the run could start, 2 a usage error, 3 no answer (the reason
-goes to stderr, nothing to stdout), 130/143 interrupted by SIGINT/SIGTERM.]]
+goes to stderr, nothing to stdout), 130/143 interrupted by SIGINT/SIGTERM.
+--dry-run sends nothing and starts no sandbox: it prints what the first call costs, a typical
+run's cost, the worst case the budget allows and the price of each model the run may use
+(with --json, as {"preview": ...}).]]
 
 local SPEC = {context = "string", model = "string", sub_model = "string", backend = "string",
               outputs = "list", json = "flag", trace = "string", max_iterations = "number",
@@ -55,7 +61,7 @@ local SPEC = {context = "string", model = "string", sub_model = "string", backen
               execute_timeout = "number", llm_call_timeout = "number", sub_models = "list",
               prices = "string", context_window = "number", history = "string",
               resume = "string", cache = "flag", events = "string", otel = "string", tools = "string",
-              venv = "string", reasoning_effort = "string"}
+              venv = "string", reasoning_effort = "string", dry_run = "flag"}
 
 -- The tools a --tools file returns (see rlm.tools).
 local function load_tools(path)
@@ -117,9 +123,10 @@ local function progress(e)
   end
   if e.type ~= "turn" then return end
   local u = e.usage
-  io.stderr:write(("%sturn %d/%d  tokens %d  calls %d  cost $%.4f  %.1fs\n"):format(
+  local cache = budget.cache_words(u)
+  io.stderr:write(("%sturn %d/%d  tokens %d  calls %d  cost $%.4f  %.1fs%s\n"):format(
     string.rep("  ", e.depth), e.turn, e.max_iterations, u.total_tokens, u.llm_calls, u.cost,
-    u.elapsed))
+    u.elapsed, cache ~= "" and "  " .. cache or ""))
 end
 
 function M.main(argv)
@@ -146,7 +153,17 @@ function M.main(argv)
     tools = opts.tools and load_tools(opts.tools),
     venv = opts.venv,
     reasoning_effort = opts.reasoning_effort,
+    dry_run = opts.dry_run or nil,
   }
+  if res.preview then
+    if opts.json then
+      print(json.encode{preview = res.preview})
+    else
+      print(table.concat(require("rlm.preview").lines(res.preview), "\n"))
+      print("nothing was sent")
+    end
+    return 0
+  end
   local answered = res.submitted or res.extracted
   -- with --events -, stdout carries the events only
   local to_stdout = opts.events ~= "-"

@@ -347,7 +347,8 @@ function Server:keep_oversize(def, result, ctx, handle)
   return mcp.text_result(note, structured, result.isError)
 end
 
-local USAGE_KEYS = {"calls", "llm_calls", "input_tokens", "output_tokens", "total_tokens", "cost"}
+local USAGE_KEYS = {"calls", "llm_calls", "input_tokens", "output_tokens", "total_tokens", "cost",
+                    "cache_read_tokens", "cache_write_tokens", "prompt_cache_saved"}
 
 function Server:add_usage(usage)
   if type(usage) ~= "table" then return end
@@ -355,9 +356,20 @@ function Server:add_usage(usage)
   budget.add_usage(self.totals, usage, USAGE_KEYS)
 end
 
--- One rlm.run with progress reported per turn (or by stage(e)); returns the result table.
+-- What the run of opts would cost (rlm.preview), worked out before it starts; nil when a dry
+-- run cannot tell (the run itself then says why).
+local function estimate(opts)
+  local dry = {dry_run = true}
+  for k, v in pairs(opts) do if k ~= "on_event" then dry[k] = v end end
+  local ok, res = pcall(require("rlm").run, dry)
+  return ok and res.preview or nil
+end
+
+-- One rlm.run with progress reported per turn (or by stage(e)); returns the result table, with
+-- the estimate made before it started.
 function Server:run_loop(ctx, opts, stage)
   opts.model, opts.backend = self.cfg.model, self.cfg.backend
+  local before = estimate(opts)
   opts.on_event = function(e)
     if e.type == "budget_warning" then
       ctx.log("warning", ("budget: %s has %.4g of %.4g left"):format(e.limit, e.remaining, e.of), "rlm")
@@ -368,9 +380,10 @@ function Server:run_loop(ctx, opts, stage)
       end
       -- A log line per turn: what a client shows of a long run even without progress.
       local u = e.usage or {}
-      ctx.log("info", ("turn %d of at most %d: %d tokens, %d sub-calls, $%.4f, %.1f s"):format(
+      local cache = budget.cache_words(u)
+      ctx.log("info", ("turn %d of at most %d: %d tokens, %d sub-calls, $%.4f, %.1f s%s"):format(
         e.turn, e.max_iterations, u.total_tokens or 0, u.llm_calls or 0, u.cost or 0,
-        u.elapsed or 0), "rlm")
+        u.elapsed or 0, cache ~= "" and ", " .. cache or ""), "rlm")
     end
   end
   -- A cancelled call's task is closed mid-run: the count drops in a <close> handler.
@@ -379,6 +392,7 @@ function Server:run_loop(ctx, opts, stage)
   local ok, res = pcall(require("rlm").run, opts)
   if not ok then error(res, 0) end
   self:add_usage(res.usage)
+  res.estimate = before
   return res
 end
 
@@ -388,7 +402,7 @@ local function loop_result(res, outputs)
   local fields = res.fields or {}
   local structured = payload_once({fields = json.object(fields), reason = res.reason,
                       detail = res.detail, iterations = res.iterations, submitted = res.submitted,
-                      extracted = res.extracted, usage = res.usage}, {"fields"})
+                      extracted = res.extracted, usage = res.usage, estimate = res.estimate}, {"fields"})
   if not res.submitted and not res.extracted then
     return mcp.text_result(("The run ended without an answer: %s%s"):format(tostring(res.reason),
                            res.detail and " (" .. res.detail .. ")" or ""), structured, true)
@@ -729,10 +743,11 @@ M.definitions = {
                       backend = server.cfg.backend or require("rlm.interpreter").defaults.backend,
                       model = server.cfg.model, sandboxes = live, sandbox_ids = ids,
                       runs_in_progress = server.running, usage = totals}
+      local cache = budget.cache_words(totals)
       local text = ("backend %s, model %s, %d live sandbox(es), %d run(s) in progress; " ..
-        "usage: %d runs, %d model calls, %d tokens, $%.4f"):format(status.backend,
+        "usage: %d runs, %d model calls, %d tokens, $%.4f%s"):format(status.backend,
         status.model or "(none: set RLM_MODEL)", live, server.running, totals.runs, totals.calls,
-        totals.total_tokens, totals.cost)
+        totals.total_tokens, totals.cost, cache ~= "" and "; " .. cache or "")
       return mcp.text_result(text, status)
     end,
   },
@@ -780,7 +795,8 @@ function M.new(cfg)
   -- totals.calls: every model call; llm_calls: the sub-calls made from sandbox code.
   local server = setmetatable({cfg = cfg or {}, running = 0, workspaces = {},
     totals = {runs = 0, calls = 0, llm_calls = 0, input_tokens = 0, output_tokens = 0,
-              total_tokens = 0, cost = 0.0}}, Server)
+              total_tokens = 0, cost = 0.0, cache_read_tokens = 0, cache_write_tokens = 0,
+              prompt_cache_saved = 0.0}}, Server)
   local list = {}
   for i, def in ipairs(M.definitions) do
     local tool = {run = runner(server, def)}

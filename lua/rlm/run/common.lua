@@ -24,7 +24,7 @@ M.defaults = {
   timeout = 900,              -- sandbox lifetime
   batch_concurrency = 64,     -- a run's sub-calls in flight at once, from all its code's threads
   max_parallel_children = 16, -- a run's child runs (rlm_query, rlm_query_batched) at once
-  max_output_tokens = 8192,   -- a sub-call's output cap (a turn's: its model's output limit)
+  max_output_tokens = 8192,   -- a sub-call's output cap and most reserve (a turn's: its model's limit)
   extract_seconds = 5,        -- under max_time, kept back from the turns for the final extraction
   history = "compact",        -- "compact" | "full" | function(messages, info) -> messages
   compact_at = 0.8,           -- the share of the context window at which history is compacted
@@ -119,6 +119,47 @@ function Run:cost_of(label, usage, price)
   return (budget_mod.cost(p or nil, usage))
 end
 
+-- The fewest output tokens reserved for a turn (code) and a sub-call, once replies are seen;
+-- and the share of the output the budget still affords that a call may hold whatever the
+-- replies so far, so that a generous budget cuts no reply short.
+local TURN_FLOOR, SUB_FLOOR, ROOM_SHARE = 1024, 256, 0.25
+
+-- The most output one of this run's turns on label may be given (output_cap, no prompt counted).
+function Run:output_limit(label)
+  return (self:output_cap(label, 0, self.depth > 0))
+end
+
+-- The output tokens reserved for a call of kind ("turn", "sub") on label: twice the longest
+-- such reply of the run's tree so far, or the output limit before any (budget:output_reserve);
+-- at least the floor of its kind and ROOM_SHARE of what the budget affords.
+function Run:output_reserve(kind, label, ceiling)
+  local floor = kind == "turn" and TURN_FLOOR or SUB_FLOOR
+  local left = self.budget:remaining()
+  local keep, keep_cost = self.budget:kept()
+  local afford = left.tokens and left.tokens - keep or math.huge
+  local p = self:price(label)
+  if left.cost and p and p.output > 0 then
+    afford = math.min(afford, (left.cost - keep_cost) * 1e6 / p.output)
+  end
+  if afford < math.huge then floor = math.max(floor, math.floor(afford * ROOM_SHARE)) end
+  return self.budget:output_reserve(kind, label, ceiling or self:output_limit(label), floor)
+end
+
+-- The budget's usage with what prompt caching saved (prompt_cache_saved, USD, at the run's
+-- prices), summed over the models in the order of their names.
+function Run:usage()
+  local u = self.budget:usage()
+  local labels = {}
+  for label in pairs(u.by_model) do labels[#labels + 1] = label end
+  table.sort(labels)
+  local saved = 0
+  for _, label in ipairs(labels) do
+    saved = saved + budget_mod.cache_saved(self:price(label), u.by_model[label])
+  end
+  u.prompt_cache_saved = saved
+  return u
+end
+
 -- Settles a reserved call with what it used.
 function Run:settle(ticket, label, res)
   if not res then return self.budget:settle(ticket, label) end
@@ -130,7 +171,10 @@ function M.spent_since(budget, before)
   local now = budget:usage()
   return {calls = now.calls - before.calls, llm_calls = now.llm_calls - before.llm_calls,
           input_tokens = now.input_tokens - before.input_tokens,
-          output_tokens = now.output_tokens - before.output_tokens, cost = now.cost - before.cost}
+          output_tokens = now.output_tokens - before.output_tokens,
+          cache_read_tokens = now.cache_read_tokens - before.cache_read_tokens,
+          cache_write_tokens = now.cache_write_tokens - before.cache_write_tokens,
+          cost = now.cost - before.cost}
 end
 
 -- The run's reasoning_effort for a call to label, when the model can take it.
@@ -185,8 +229,11 @@ function Run:model_call(model, req, how)
   local chars = M.prompt_chars(req)
   -- A child run's turns are capped as sub-calls are: children run side by side under one budget.
   local cap, send = self:output_cap(label, chars, self.depth > 0)
+  -- The extraction is the last call: it may have all that is left, up to its cap; a turn
+  -- reserves what this run's replies suggest (output_reserve), within the cap.
+  local output = how.final and cap or self:output_reserve("turn", label, cap)
   local ticket, why = self.budget:reserve{prompt_chars = chars, label = label,
-    output = cap, sub = self.depth > 0, price = price, final = how.final}
+    output = output, sub = self.depth > 0, price = price, final = how.final, kind = "turn"}
   if not ticket then return nil, why, "budget" end
   req.model, req.timeout = model, self:call_timeout(how.final)
   req.max_tokens = ticket.max_tokens or send and cap or nil

@@ -43,6 +43,7 @@ function M.run(opts)
     error("rlm.run needs a non-empty 'task' string", 2)
   end
   local self = loop.new_run(opts)
+  if opts.dry_run then return M.dry_run(self) end
   -- Misuse (an unknown backend, a bad limit) raises here, as rlm.interpreter does, before
   -- anything is recorded or started; only starting the sandbox can fail as data.
   local made, interp = pcall(require("rlm.interpreter").new, loop.interpreter_options(self, opts))
@@ -72,7 +73,7 @@ function M.run(opts)
   result.fields = result.fields or {}
   result.iterations = #self.steps
   result.depth, result.run_id = self.depth, self.id
-  result.usage = self.budget:usage()
+  result.usage = self:usage()
   result.usage.cache_hits, result.usage.cache_saved = self.cache_hits, self.cache_saved
   result.submitted = result.submitted or false
   result.extracted = result.extracted or false
@@ -93,6 +94,16 @@ function M.run(opts)
     if not sent then io.stderr:write("rlm: the OpenTelemetry trace was not sent: ", trace.redact(err), "\n") end
   end
   return result
+end
+
+--- The result of a dry run: nothing is started or sent; `preview` says what the run would
+-- cost (rlm.preview).
+function M.dry_run(self)
+  self:render_start()
+  local chars = select(2, common.describe(self.context))
+  return {reason = "dry_run", preview = require("rlm.preview").run(self, chars), fields = {},
+          iterations = 0, submitted = false, extracted = false, usage = self.budget:usage(),
+          depth = self.depth, run_id = self.id}
 end
 
 --- Runs a recorded trajectory again against its recorded model replies and sub-call answers,

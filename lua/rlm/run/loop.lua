@@ -23,6 +23,7 @@ local RUN_OPTIONS = {task = "string", context = "any", model = "string", sub_mod
   sub_models = "table", prices = "table", prices_file = "string", context_windows = "table",
   context_window = "number", output_limits = "table", reasoning_effort = "string", resume = "any",
   cache = "any", child_max_iterations = "number", history = "any", prompt_cache = "any", otel = "any",
+  dry_run = "boolean",
   -- internal: a child run's share of its parent
   _budget = "any", _depth = "any", _trace = "any", _parent = "any", _replay = "any", _append = "any",
   _tool_counts = "any", _slot = "any", _recording = "any"}
@@ -236,7 +237,8 @@ function Run:refused(reply)
           (line ~= "" and ": " .. line or " (it gave no reason)")}
 end
 
-function Run:loop()
+-- Renders the system prompt and the first message, which every turn's request begins with.
+function Run:render_start()
   local desc_type, chars, preview = self:described()
   local vars = {
     task = self.task, context_type = desc_type, context_chars = chars, context_preview = preview,
@@ -248,6 +250,10 @@ function Run:loop()
   }
   self.system = self:render("system", vars)
   self.first_message = self:render("first", vars)
+end
+
+function Run:loop()
+  self:render_start()
   -- What the model is sent besides the steps, so a trajectory can be read back as the exact
   -- conversation (rlm trace export): the two first messages and the templates of the later ones.
   self:record{type = "prompt", system = self.system, first_message = self.first_message,
@@ -310,7 +316,7 @@ function Run:loop()
     if self.cache_error then error(self.cache_error, 0) end
     self:warn_budget()
     self:event{type = "turn", turn = turn, max_iterations = self.max_iterations,
-               usage = self.budget:usage()}
+               usage = self:usage()}
     if submitted then return {fields = submitted, reason = "submitted", submitted = true} end
     messages[#messages + 1] = {role = "user", content = self:render("turn", {
       output = output, variables = variables_line(pyvars, self.variables_more), feedback = feedback or "",
@@ -369,12 +375,10 @@ function M.new_run(opts)
       .. "RLM_MODEL (e.g. openai/gpt-4o)", 0)
   end
   -- A missing key must fail here, before any sandbox exists, not at the first turn; a replay
-  -- (rlm replay) calls no model and needs none.
-  local ok, err = true, nil
-  if not (opts._replay and opts._replay.only) then
-    ok, err = pcall(llm.check, model)
-    if ok and opts.sub_model then ok, err = pcall(llm.check, opts.sub_model) end
-  end
+  -- (rlm replay) calls no model and a dry run sends nothing: neither needs one.
+  local check = (opts.dry_run or (opts._replay and opts._replay.only)) and llm.label or llm.check
+  local ok, err = pcall(check, model)
+  if ok and opts.sub_model then ok, err = pcall(check, opts.sub_model) end
   if not ok then error(tostring(err):gsub("^[^:]*:%d+: ", ""), 0) end
   local self = setmetatable({
     opts = opts, task = opts.task, context = opts.context,
@@ -423,7 +427,9 @@ function M.new_run(opts)
   if self.history ~= "full" and self.history ~= "compact" and type(self.history) ~= "function" then
     error('history must be "full", "compact" or a function(messages, info) -> messages', 0)
   end
-  self.tracer = opts._trace or trace.writer(opts.trace, opts._append, opts.events)
+  -- A dry run writes nothing: not even an empty trace file in place of a recording.
+  self.tracer = opts._trace or trace.writer(not opts.dry_run and opts.trace or nil, opts._append,
+                                            opts.events)
   return self
 end
 

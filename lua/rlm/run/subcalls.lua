@@ -26,6 +26,7 @@ function Run:sub_prompt_record(kind, prompts, texts, started, label, usage, cost
     local u = usage and usage[i]
     items[i] = {prompt = #p > PROMPT_KEPT and p:sub(1, PROMPT_KEPT) or p, prompt_chars = #p,
                 input_tokens = u and u.input_tokens, output_tokens = u and u.output_tokens,
+                cache_read_tokens = u and u.cache_read_tokens,
                 cost = costs[i]}
   end
   self:record{type = "subcall", kind = kind, turn = self.turn, count = #prompts, model = label,
@@ -57,28 +58,33 @@ function Run:too_big(label, prompt, window)
   end
 end
 
--- The output cap for each call of a batch: under a token or cost limit, an even share of what
--- remains (at least BATCH_MIN_OUTPUT), so one item's reservation does not crowd out the rest.
+-- The output cap for each call of a batch: what a sub-call's reply may use (output_reserve),
+-- and under a token or cost limit at most an even share of what remains (at least
+-- BATCH_MIN_OUTPUT), so one item's reservation does not crowd out the rest.
 local BATCH_MIN_OUTPUT = 256
 
 function Run:batch_output(prompts, label)
+  -- cap: the most one answer may hold (rlm.llm's output limits, reasoning room); reserve: what
+  -- the budget holds for it, from the replies this run has had (budget:output_reserve).
   local longest = 0
   for _, p in ipairs(prompts) do longest = math.max(longest, #p) end
-  local want, send = self:output_cap(label, longest, true)
-  if #prompts < 2 then return want, send end
+  local cap, send = self:output_cap(label, longest, true)
+  local reserve = self:output_reserve("sub", label, cap)
+  if #prompts < 2 then return reserve, send, cap end
   local r = self.budget:remaining()
   local keep, keep_cost = self.budget:kept()
   local prompt_tokens = 0
   for _, p in ipairs(prompts) do prompt_tokens = prompt_tokens + budget_mod.estimate_tokens(#p) end
+  local share = reserve
   if r.tokens then
-    want = math.min(want, math.floor((r.tokens - keep - prompt_tokens) / #prompts))
+    share = math.min(share, math.floor((r.tokens - keep - prompt_tokens) / #prompts))
   end
   local price = self:price(label)
   if r.cost and price and price.output > 0 then
     local room = r.cost - keep_cost - prompt_tokens * price.input / 1e6
-    want = math.min(want, math.floor(room * 1e6 / price.output / #prompts))
+    share = math.min(share, math.floor(room * 1e6 / price.output / #prompts))
   end
-  return math.max(want, BATCH_MIN_OUTPUT), send
+  return math.min(reserve, math.max(share, BATCH_MIN_OUTPUT)), send, cap
 end
 
 -- ---------- the sub-call cache (rlm.cache) ----------
@@ -112,26 +118,91 @@ end
 -- while in a batch that item is the string "[ERROR] cause: why" and the others are answers.
 local SINGLE = {llm_query = true, rlm_query_fallback = true}
 
+-- A refusal that a later wave may not meet: what calls in flight hold comes back when they end.
+local function may_pass_later(why)
+  return why:find("^max_cost:") or why:find("^max_tokens:")
+end
+
+-- Sends one wave of a batch: the calls of `calls` (each {prompt_chars, ... , slot}) the budget
+-- grants now, their answers put into out (texts, usage, costs) at their slots. Returns the
+-- calls refused, with their refusals, and whether any was granted; or nil and what the batch
+-- raised (every reservation settled first). b: the batch (model, label, price, timeout, cap,
+-- send, keys, sends_of(slot), on_answer).
+function Run:batch_wave(calls, b, out)
+  local granted, whys = self.budget:reserve_all(calls)
+  local sends, caps, tickets, slots, refused, refusals = {}, {}, {}, {}, {}, {}
+  for c, call in ipairs(calls) do
+    local ticket = granted[c]
+    if ticket then
+      local n = #sends + 1
+      sends[n], tickets[n], slots[n] = b.sends_of(call.slot), ticket, call.slot
+      caps[n] = ticket.max_tokens or b.send and b.cap or nil
+    else
+      refused[#refused + 1], refusals[#refused + 1] = call, whys[c]
+    end
+  end
+  if #sends == 0 then return refused, refusals, false end
+  local on_result = b.on_answer and function(n, r)
+    local why = failure(r)
+    b.on_answer(slots[n], why and "[ERROR] " .. why or r.text)
+  end
+  -- The run's calls from every thread of its code share one width (batch_concurrency).
+  local width = math.min(#sends, self.batch_concurrency)
+  self.call_width.acquire(width)
+  local ok, results = pcall(llm.batch_prompts, {model = b.model, timeout = b.timeout,
+                                                reasoning_effort = self:effort(b.label)}, sends,
+                            {concurrency = self.batch_concurrency, max_tokens = caps,
+                             on_result = on_result})
+  self.call_width.release(width)
+  if not ok then
+    self.budget:settle_all(tickets, b.label, EMPTY, EMPTY)
+    async.check_interrupt()
+    return nil, tostring(results)
+  end
+  local spent, spent_costs = {}, {}   -- by call
+  for n, r in ipairs(results) do
+    local slot = slots[n]
+    local why = failure(r)
+    if not r.error then   -- a refusal was answered, and billed
+      local cost = self:cost_of(b.label, r.usage, b.price)
+      spent[n], spent_costs[n] = r.usage or EMPTY, cost
+      out.usage[slot], out.costs[slot] = r.usage, cost
+    end
+    if why then
+      out.texts[slot] = "[ERROR] " .. why
+      out.failure = out.failure or why
+    else
+      out.texts[slot] = r.text
+      self:remember(b.label, b.keys[slot], r)
+    end
+  end
+  self.budget:settle_all(tickets, b.label, spent, spent_costs)
+  async.check_interrupt()
+  return refused, refusals, true
+end
+
 -- Sub-calls from code: each prompt is checked and reserved before anything is sent; what
 -- cannot be sent or answered fails as the rule above says, so one bad item does not lose a
--- batch. on_answer(i, text), when given, hears each prompt's answer as soon as it is known
--- (llm_query_batched_iter). images: by prompt, a list of images or nil.
+-- batch. Under a cost or token limit a batch goes in waves: what is refused while calls are in
+-- flight is tried again when their answers have released what they held, until a wave is
+-- granted nothing. on_answer(i, text), when given, hears each prompt's answer as soon as it is
+-- known (llm_query_batched_iter). images: by prompt, a list of images or nil.
 function Run:llm_query(prompts, model, kind, on_answer, images)
   local label, err = self:allowed_model(model)
   if not label then return nil, err end
   model = model or self.sub_model
   local started = sys.now()
-  local texts, sends, caps, tickets, slots = {}, {}, {}, {}, {}
-  local first_failure   -- what a single call raises
-  local output, send = self:batch_output(prompts, label)
+  local out = {texts = {}, usage = {}, costs = {}}
+  local texts = out.texts
+  local output, send, cap = self:batch_output(prompts, label)
   -- looked up once for the batch (false: none)
   local price = self:price(label) or false
   local window = llm.context_window(label, self.context_windows) or false
   local out_of_time, timeout = self:time_left() == 0, self:call_timeout()
+  local keys = {}        -- what the cache knows each prompt by: its text, and its images
   -- First what each prompt is (too big, cached, out of time, or a call to reserve), then the
   -- calls reserved together, in order, as one reservation after another would be.
-  local calls, waiting = {}, {}
-  local keys = {}        -- what the cache knows each prompt by: its text, and its images
+  local calls = {}
   for i, p in ipairs(prompts) do
     local imgs = images and images[i]
     local why = self:too_big(label, p, window)
@@ -147,72 +218,47 @@ function Run:llm_query(prompts, model, kind, on_answer, images)
       why = ("max_time: the run's %g s are up"):format(self.budget:binding("seconds", "max_time"))
     elseif not why then
       calls[#calls + 1] = {prompt_chars = #p + (imgs and #imgs * images_mod.RESERVE_TOKENS * 4 or 0),
-                           output = output, sub = true, price = price or nil, label = label}
-      waiting[#calls] = i
+                           output = output, sub = true, price = price or nil, label = label,
+                           kind = "sub", slot = i}
     end
     if why then
       texts[i] = "[ERROR] " .. why
-      first_failure = first_failure or why
+      out.failure = out.failure or why
     end
   end
-  local granted, whys = self.budget:reserve_all(calls)
-  for c, i in ipairs(waiting) do
-    local ticket = granted[c]
-    if ticket then
-      local n = #sends + 1
-      local imgs = images and images[i]
-      sends[n] = imgs and images_mod.content(label, prompts[i], imgs) or prompts[i]
-      tickets[n], slots[n] = ticket, i
-      caps[n] = ticket.max_tokens or send and output or nil
-    else
-      texts[i] = "[ERROR] " .. whys[c]
-      first_failure = first_failure or whys[c]
-    end
-  end
-  if SINGLE[kind] and first_failure then return nil, first_failure end
   if on_answer then
     for i in ipairs(prompts) do
       if texts[i] then on_answer(i, texts[i]) end
     end
   end
-  local on_result = on_answer and function(n, r)
-    local why = failure(r)
-    on_answer(slots[n], why and "[ERROR] " .. why or r.text)
-  end
-  -- The run's calls from every thread of its code share one width (batch_concurrency).
-  local width = math.min(#sends, self.batch_concurrency)
-  self.call_width.acquire(width)
-  local ok, results = pcall(llm.batch_prompts, {model = model, timeout = timeout,
-                                                reasoning_effort = self:effort(label)}, sends,
-                            {concurrency = self.batch_concurrency, max_tokens = caps,
-                             on_result = on_result})
-  self.call_width.release(width)
-  if not ok then
-    self.budget:settle_all(tickets, label, EMPTY, EMPTY)
-    async.check_interrupt()
-    return nil, tostring(results)
-  end
-  local usage, costs, spent, spent_costs = {}, {}, {}, {}   -- by prompt; by call
-  for n, r in ipairs(results) do
-    local slot = slots[n]
-    local why = failure(r)
-    if not r.error then   -- a refusal was answered, and billed
-      local cost = self:cost_of(label, r.usage, price)
-      spent[n], spent_costs[n] = r.usage or EMPTY, cost
-      usage[slot], costs[slot] = r.usage, cost
+  local batch = {model = model, label = label, price = price, timeout = timeout, cap = cap,
+                 send = send, keys = keys, on_answer = on_answer,
+                 sends_of = function(i)
+                   local imgs = images and images[i]
+                   return imgs and images_mod.content(label, prompts[i], imgs) or prompts[i]
+                 end}
+  local sent = true
+  while #calls > 0 and sent do
+    if SINGLE[kind] and out.failure then break end
+    local refused, whys, any = self:batch_wave(calls, batch, out)
+    if not refused then return nil, whys end
+    sent, calls = any, {}
+    local again = {}
+    for c, call in ipairs(refused) do
+      if any and may_pass_later(whys[c]) then
+        again[#calls + 1] = prompts[call.slot]
+        calls[#calls + 1] = call
+      else
+        texts[call.slot] = "[ERROR] " .. whys[c]
+        out.failure = out.failure or whys[c]
+        if on_answer then on_answer(call.slot, texts[call.slot]) end
+      end
     end
-    if why then
-      texts[slot] = "[ERROR] " .. why
-      first_failure = first_failure or why
-    else
-      texts[slot] = r.text
-      self:remember(label, keys[slot], r)
-    end
+    output = #calls > 0 and self:batch_output(again, label)
+    for _, call in ipairs(calls) do call.output = output end
   end
-  self.budget:settle_all(tickets, label, spent, spent_costs)
-  async.check_interrupt()
-  self:sub_prompt_record(kind, prompts, texts, started, label, usage, costs)
-  if SINGLE[kind] and first_failure then return nil, first_failure end
+  if SINGLE[kind] and out.failure then return nil, out.failure end
+  self:sub_prompt_record(kind, prompts, texts, started, label, out.usage, out.costs)
   return texts
 end
 
