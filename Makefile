@@ -19,11 +19,11 @@ HOST_SRC := $(filter-out host/main.c host/bin2c.c host/seccomp.c,$(wildcard host
 HOST_OBJ := $(HOST_SRC:host/%.c=build/%.o) build/seccomp_bpf.o
 # The Lua bindings, one host/l<name>.c each, registered as rlm.core.<name>. Listed by hand: a
 # plain C file whose name happens to start with "l" (loop.c) is not a binding.
-BINDINGS := daytona host http httpd json llm loop proc redact sandbox stdio sys
+BINDINGS := base64 daytona host http httpd json llm loop proc redact sandbox stdio sys
 # The sandbox's Python driver ships as one file, lua/rlm/driver.py, joined from its parts in this
 # order (the docstring, the protocol's reference, comes first); the parts are not embedded.
 DRIVER_PARTS := $(addprefix lua/rlm/driver/,protocol.py transports.py capture.py listing.py \
-  cells.py session.py calls.py startup.py)
+  textfile.py cells.py session.py calls.py startup.py)
 # Everything else under lua/ and skills/ ships inside the binary ($(sort): C byte order).
 EMBED    := $(sort lua/rlm/driver.py $(filter-out lua/rlm/driver/%,\
   $(shell find lua skills -type f ! -name '*~' ! -path '*/__pycache__/*' 2>/dev/null)))
@@ -157,8 +157,11 @@ build/curl_floor: bench/curl_floor.c | build/.dir
 	$(CC) -O2 -Wall -Wextra -Wno-unused-parameter -o $@ $< $(shell pkg-config --cflags --libs libcurl)
 
 # The Daytona figure runs the official SDK under the pinned Node (tests/sdk/package.json).
+# make bench BENCH_CONTEXT_MB=100,1024 adds the 1 GB context; BENCH=users runs one file.
+BENCH_CONTEXT_MB ?= 100
 bench: test-deps rlm tests/sdk/node_modules build/curl_floor
-	PATH="$(CURDIR)/tests/sdk/node_modules/.bin:$$PATH" ./rlm run bench/run.lua
+	PATH="$(CURDIR)/tests/sdk/node_modules/.bin:$$PATH" RLM_BENCH_CONTEXT_MB=$(BENCH_CONTEXT_MB) \
+	  ./rlm run bench/run.lua $(BENCH)
 
 install: rlm build/rlm.1
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1

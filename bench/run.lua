@@ -3,6 +3,8 @@
 package.path = "bench/?.lua;tests/lua/?.lua;" .. package.path
 local sys = require "rlm.sys"
 
+print("######## what users feel (docs/performance.md)\n")
+
 local wanted = {...}
 local files = {}
 for _, f in ipairs(assert(sys.list_dir("bench"))) do
@@ -13,8 +15,19 @@ for _, f in ipairs(assert(sys.list_dir("bench"))) do
     if pick then files[#files + 1] = f end
   end
 end
-table.sort(files)
+-- What users feel comes first; the micro-figures after it are regression guards.
+local LEAD = {["users.lua"] = 1, ["context.lua"] = 2}
+table.sort(files, function(a, b)
+  local la, lb = LEAD[a] or math.huge, LEAD[b] or math.huge
+  if la ~= lb then return la < lb end
+  return a < b
+end)
+local guards_said = false
 for _, f in ipairs(files) do
+  if not LEAD[f] and not guards_said then
+    guards_said = true
+    print("######## regression guards\n")
+  end
   -- The disk writes a bench left (the Daytona stand-in's sandbox folders) go out before the
   -- next starts: writeback in flight made each of a sandbox folder's disk writes in the next
   -- one up to 3x slower (rlm exec 1.44x its floor after daytona.lua, 1.17x on a quiet disk).

@@ -94,6 +94,8 @@ struct http_call *http_start(loop *lp, const struct http_req *req, http_chunk_fn
     curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
     curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
     curl_easy_setopt(e, CURLOPT_USERAGENT, "rlm/" "0.1");
+    if (req->fresh_connect)
+        curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
     if (req->headers)
         curl_easy_setopt(e, CURLOPT_HTTPHEADER, req->headers);
     if (req->timeout_ms > 0)

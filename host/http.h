@@ -18,6 +18,7 @@ struct http_req {
     long connect_timeout_ms;       /* 0 = curl's default */
     size_t max_answer;             /* bytes of answer body (kept or streamed) before the call
                                     * fails as too_large; 0 = HTTP_MAX_ANSWER */
+    int fresh_connect;             /* on a connection of its own (see request.c) */
 };
 
 /* No server's answer grows rlm without end: an endless body fails here (bindings may set

@@ -106,6 +106,9 @@ int json_is_array(lua_State *L, int idx);
 void json_push_array_mt(lua_State *L);
 void json_push_object_mt(lua_State *L);
 
+/* The characters of s[0..len) when it is valid UTF-8 (as Lua's utf8.len counts), else -1. */
+long long json_utf8_count(const char *s, size_t len);
+
 /* The C library's decimal point: os.setlocale can make it ',' for snprintf and strtod. */
 char json_locale_point(void);
 

@@ -242,6 +242,35 @@ static size_t utf8_len(const unsigned char *p, const unsigned char *end)
     return n;
 }
 
+/* The characters of s[0..len) when it is valid UTF-8 (as utf8.len counts them), else -1. Eight
+ * bytes at a time while they are ASCII: a long context is counted at memory speed. */
+long long json_utf8_count(const char *s, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)s, *end = p + len;
+    long long chars = 0;
+    while (p < end) {
+        if ((size_t)(end - p) >= 8) {
+            uint64_t word;
+            memcpy(&word, p, 8);
+            if ((word & 0x8080808080808080ULL) == 0) {
+                p += 8;
+                chars += 8;
+                continue;
+            }
+        }
+        if (*p < 0x80) {
+            p++;
+        } else {
+            size_t n = utf8_len(p, end);
+            if (n == 0)
+                return -1;
+            p += n;
+        }
+        chars++;
+    }
+    return chars;
+}
+
 /* Bytes that need more than a copy: '"', '\\', controls, and non-ASCII (to check UTF-8). */
 static int needs_care(unsigned char c)
 {

@@ -4,7 +4,8 @@
  *              open_paths = {paths}}: who may send a request at all, checked from the
  *     headers before any body is read (a refused request costs no memory): Host among hosts
  *     (unless any_host), Origin absent or among origins or http(s)://<one of hosts>, and
- *     "Authorization: Bearer <token>" when a token is set, except on a GET of one of the
+ *     "Authorization: Bearer <token>" (or "X-Rlm-Token: <token>", for clients behind a proxy
+ *     that reads Authorization itself) when a token is set, except on a GET of one of the
  *     open_paths (a health check). A Content-Length over max_body is refused the same way.
  *     max_connections (default 1024) caps the connections open at once: a connection accepted
  *     past it has its requests answered 503 with Retry-After and is closed, so a client backs
@@ -324,6 +325,14 @@ static unsigned refusal(struct server *s, struct MHD_Connection *c, const char *
     if (origin && !origin_allowed(a, origin))
         return *why = "forbidden Origin\n", 403;
     if (a->token && !(strcmp(method, "GET") == 0 && names_has(&a->open_paths, url, strlen(url)))) {
+        /* Daytona's preview proxy tries any bearer token as a Daytona credential first, and
+         * a failed one counts against the client (apps/proxy/pkg/proxy/auth.go): clients
+         * behind it send the token in a header of ours. */
+        const char *own = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Rlm-Token");
+        if (own != NULL && !same_secret(own, a->token))
+            return *why = "wrong X-Rlm-Token\n", 401;
+        if (own != NULL)
+            return 0;
         const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
         if (auth == NULL || strncasecmp(auth, "bearer", 6) != 0 || (auth[6] != ' ' && auth[6] != '\t'))
             return *why = "missing or wrong bearer token\n", 401;

@@ -1,15 +1,19 @@
 /* lllm.c — rlm.core.llm: the wire side of model calls (OpenAI chat completions and Anthropic
- * messages), on the shared curl layer (http.h) and the event loop. Which provider, URL and key
- * a model string means is policy, decided in lua/rlm/llm.lua.
+ * messages here, OpenAI responses in llm_responses.c), on the shared curl layer (http.h) and
+ * the event loop. Which provider, URL and key a model string means is policy, decided in
+ * lua/rlm/llm.lua.
  *
- *   start{wire = "openai"|"anthropic", url=, key=, model=, messages= (or prompt=, one user
+ *   start{wire = "openai"|"anthropic"|"responses", url=, key=, model=, messages= (or prompt=, one user
  *         message), system=, temperature=, max_tokens=, max_tokens_field=, stop=, stream=,
- *         extra=, headers=, timeout=, retries=, backoff=, name=} -> call
+ *         extra=, headers=, timeout=, retries=, backoff=, hand_back_429=, name=} -> call
+ *         hand_back_429 = 1: a 429 is the call's result at once (err.retry_after says the
+ *         server's wait), for a caller that paces its calls itself
  *   call:id()           op id, ready when the call has finished and whenever new stream events
  *                       arrive
  *   call:done()         true once finished (after any retries)
  *   call:take_deltas()  the text streamed since the last take ("" when none)
- *   call:result()       {text, finish_reason, model, usage = {input_tokens, output_tokens,
+ *   call:result()       {text, finish_reason ("refusal" with refusal = its text when the
+ *                        model declined), model, usage = {input_tokens, output_tokens,
  *                        cache_read_tokens, cache_write_tokens} (input_tokens: all of the
  *                        input, the cached part and the part written to the cache included),
  *                        attempts} | nil, err (fail.h: kind, status, message, retry_after,
@@ -41,53 +45,13 @@
 #include "field.h"
 #include "host.h"
 #include "json.h"
+#include "llm_wire.h"
 #include "request.h"
 #include "sse.h"
 
 #define CALL "rlm.llm.call"
 
 #define BACKOFF_CAP_MS 16000.0
-
-struct call;
-/* What one wire format (OpenAI chat completions, Anthropic messages) does its own way. */
-struct body;
-
-struct wire {
-    const char *name;
-    const char *auth_prefix;        /* the header line the key follows */
-    const char *version_header;     /* NULL: none */
-    /* Writes messages (and the system prompt, and max_tokens and stop) into the body: from
-     * the list at msgs, or when msgs is 0 from the one user prompt at prompt. */
-    void (*build)(struct body *b, struct call *k, int req, int msgs, int prompt);
-    int (*ends_stream)(const char *event, const char *data, size_t len);
-    /* Read one stream event, or a whole response body; 0 when it is not valid JSON. */
-    int (*event)(struct call *k, const char *data, size_t len, char *err, size_t errlen);
-    int (*whole)(struct call *k, const char *data, size_t len, char *err, size_t errlen);
-    const char *const (*finish_words)[2];                        /* its stop reasons -> OpenAI's */
-};
-
-struct call {
-    loop *lp;
-    lua_Integer id;
-    const struct wire *wire;
-    struct request *req;
-    struct curl_slist *headers;
-    struct buf body;                /* the request JSON */
-    char *url, *name, *secret;
-    int stream;
-    double timeout_s;
-    /* The current attempt's stream: */
-    int sniffed, sse_mode, notified, terminal;
-    struct sse sse;
-    struct buf events;              /* queued events: size_t len, event, NUL, size_t len, data */
-    /* What the response said so far: */
-    struct buf text;
-    char model[160], finish[40];
-    lua_Integer input_tokens, output_tokens;   /* as the wire reports them */
-    lua_Integer cache_read, cache_write;       /* input read from / written to a prompt cache */
-    char failure[600];              /* a final error found while decoding */
-    const char *failure_kind;
-};
 
 static struct call *check_call(lua_State *L, int arg)
 {
@@ -139,6 +103,7 @@ static void reset_response(void *ud)
     sse_free(&k->sse);
     buf_free(&k->events);
     buf_free(&k->text);
+    buf_free(&k->refusal);
     k->model[0] = k->finish[0] = '\0';
     k->input_tokens = k->output_tokens = k->cache_read = k->cache_write = -1;
 }
@@ -188,23 +153,15 @@ static const char *need_string(lua_State *L, int req, const char *field)
     return s;
 }
 
-/* The request body, written as JSON straight into the call's buffer member by member (a table
- * of it, encoded, cost as much again). req.extra is merged last and wins: a member it also
- * names is left out where the body would have it. Member names here are plain ASCII. */
-struct body {
-    lua_State *L;
-    struct buf *out;
-    int extra;      /* req.extra's stack slot, 0 when there is none */
-};
 
-static void body_add(struct body *b, const char *s, size_t n)
+void body_add(struct body *b, const char *s, size_t n)
 {
     if (buf_add(b->out, s, n) != 0)
         luaL_error(b->L, "out of memory");
 }
 
 /* Writes the value at idx as JSON. */
-static void body_value(struct body *b, int idx)
+void body_value(struct body *b, int idx)
 {
     char err[200];
     if (!json_append(b->L, idx, b->out, err, sizeof err))
@@ -213,7 +170,7 @@ static void body_value(struct body *b, int idx)
 
 /* Starts member key: 0 when req.extra names it instead (the caller then writes nothing). The
  * name is looked up raw, as put_extra walks extra raw. */
-static int body_key(struct body *b, const char *key)
+int body_key(struct body *b, const char *key)
 {
     lua_State *L = b->L;
     lua_pushstring(L, key);
@@ -244,7 +201,7 @@ static int body_key(struct body *b, const char *key)
 }
 
 /* Pops the value on top of the stack into member key. */
-static void put_member(struct body *b, const char *key)
+void put_member(struct body *b, const char *key)
 {
     if (body_key(b, key))
         body_value(b, -1);
@@ -411,7 +368,7 @@ static size_t answer_cap(lua_Integer max_tokens)
 }
 
 /* req.max_tokens, or -1 when unset. */
-static lua_Integer max_tokens_of(lua_State *L, int req)
+lua_Integer max_tokens_of(lua_State *L, int req)
 {
     lua_Integer max_tokens = -1;
     if (lua_getfield(L, req, "max_tokens") != LUA_TNIL) {
@@ -536,11 +493,11 @@ static const struct wire OPENAI, ANTHROPIC;
 
 static const struct wire *wire_named(lua_State *L, const char *name)
 {
-    static const struct wire *const wires[] = {&OPENAI, &ANTHROPIC};
+    static const struct wire *const wires[] = {&OPENAI, &ANTHROPIC, &LLM_RESPONSES};
     for (size_t i = 0; i < sizeof wires / sizeof wires[0]; i++)
         if (strcmp(name, wires[i]->name) == 0)
             return wires[i];
-    luaL_error(L, "llm request field 'wire' must be \"openai\" or \"anthropic\"");
+    luaL_error(L, "llm request field 'wire' must be \"openai\", \"anthropic\" or \"responses\"");
     return NULL;
 }
 
@@ -580,6 +537,7 @@ static void call_begin(lua_State *L, struct call *k, int req)
         .deadline_ms = loop_now_ms() + k->timeout_s * 1e3,
         /* A completion changes nothing on the server: repeating one only costs its tokens. */
         .replayable = 1,
+        .hand_back_429 = field_number(L, req, "hand_back_429", 0) != 0,
         .on_attempt = reset_response,
         .done = request_done,
         .ud = k,
@@ -611,12 +569,6 @@ static int l_start(lua_State *L)
 
 /* ---------- decoding ---------- */
 
-/* An answer's few fields are found in one pass over its JSON text, which is checked in the
- * same pass (json.h's json_pick): no Lua table is made of a document read for five values.
- * Every list of picks starts with the two places a provider puts an error's message. */
-#define WANT(path) {(path), NULL, 0}
-#define ERROR_PICKS WANT("error.message"), WANT("error")
-
 /* The string picked, unescaped into out (reset first); 0 when there is none. */
 static int pick_string(const struct json_pick *p, struct buf *out)
 {
@@ -630,7 +582,7 @@ static int pick_string(const struct json_pick *p, struct buf *out)
 }
 
 /* The string picked, cut to fit out (and at a NUL, as a C string is); unchanged when none. */
-static void take_string(const struct json_pick *p, char *out, size_t size)
+void take_string(const struct json_pick *p, char *out, size_t size)
 {
     char small[256];
     if (p->at == NULL || *p->at != '"')
@@ -646,28 +598,34 @@ static void take_string(const struct json_pick *p, char *out, size_t size)
     snprintf(out, size, "%.*s", (int)n, small);
 }
 
-static void take_count(const struct json_pick *p, lua_Integer *out)
+void take_count(const struct json_pick *p, lua_Integer *out)
 {
     int64_t n;
     if (p->at && json_integer(p->at, p->len, &n))
         *out = (lua_Integer)n;
 }
 
-static void add_text(struct call *k, const struct json_pick *p)
+/* Appends a picked JSON string to out (anything else, null included, adds nothing). */
+void add_string(struct buf *out, const struct json_pick *p)
 {
-    char *to = p->at && *p->at == '"' ? buf_room(&k->text, p->len) : NULL;
+    char *to = p->at && *p->at == '"' ? buf_room(out, p->len) : NULL;
     if (to == NULL)
         return;
-    k->text.len += json_unescape(p->at, p->len, to);
-    k->text.data[k->text.len] = '\0';
+    out->len += json_unescape(p->at, p->len, to);
+    out->data[out->len] = '\0';
 }
 
-static int is_container(const struct json_pick *p)
+void add_text(struct call *k, const struct json_pick *p)
+{
+    add_string(&k->text, p);
+}
+
+int is_container(const struct json_pick *p)
 {
     return p->at && (*p->at == '[' || *p->at == '{');
 }
 
-static void fail_with(struct call *k, const char *kind, const char *fmt, ...)
+void fail_with(struct call *k, const char *kind, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -688,7 +646,7 @@ static int error_message(const struct json_pick *picks, int top_level_message, s
 }
 
 /* A 2xx body or stream event that carries an error instead of an answer. */
-static int take_provider_error(struct call *k, const struct json_pick *picks)
+int take_provider_error(struct call *k, const struct json_pick *picks)
 {
     struct buf msg = {0};
     int found = error_message(picks, 0, &msg);
@@ -698,7 +656,6 @@ static int take_provider_error(struct call *k, const struct json_pick *picks)
     return found;
 }
 
-#define PICK(picks) picks, (int)(sizeof picks / sizeof *picks)
 
 /* An OpenAI answer: a whole body (whole), or one stream event, whose text is a delta. */
 static int openai_read(struct call *k, const char *data, size_t len, char *err, size_t errlen,
@@ -711,7 +668,8 @@ static int openai_read(struct call *k, const char *data, size_t len, char *err, 
                             WANT("choices.1.finish_reason"),
                             WANT("usage.prompt_tokens"),
                             WANT("usage.completion_tokens"),
-                            WANT("usage.prompt_tokens_details.cached_tokens")};
+                            WANT("usage.prompt_tokens_details.cached_tokens"),
+                            WANT(whole ? "choices.1.message.refusal" : "choices.1.delta.refusal")};
     if (!json_pick(data, len, PICK(p), err, errlen))
         return 0;
     if (take_provider_error(k, p))
@@ -721,6 +679,7 @@ static int openai_read(struct call *k, const char *data, size_t len, char *err, 
     if (whole && !is_container(&p[3]))
         fail_with(k, "malformed", "the response has no choices");
     add_text(k, &p[4]);
+    add_string(&k->refusal, &p[9]);
     take_string(&p[5], k->finish, sizeof k->finish);
     take_count(&p[6], &k->input_tokens);
     take_count(&p[7], &k->output_tokens);
@@ -879,7 +838,7 @@ static const char *const same_words[][2] = {{NULL, NULL}};
 static const char *const anthropic_words[][2] = {
     {"end_turn", "stop"},         {"stop_sequence", "stop"}, {"max_tokens", "length"},
     {"model_context_window_exceeded", "length"},
-    {"tool_use", "tool_calls"},   {"pause_turn", "stop"},    {"refusal", "content_filter"},
+    {"tool_use", "tool_calls"},   {"pause_turn", "stop"},    {"refusal", "refusal"},
     {NULL, NULL}};
 
 static const struct wire OPENAI = {
@@ -985,8 +944,13 @@ static int push_success(lua_State *L, struct call *k)
     lua_createtable(L, 0, 5);
     lua_pushlstring(L, k->text.data ? k->text.data : "", k->text.len);
     lua_setfield(L, -2, "text");
-    lua_pushstring(L, finish_reason(k));
+    /* A refusal is one finish reason on every wire: OpenAI's comes as message.refusal. */
+    lua_pushstring(L, k->refusal.len ? "refusal" : finish_reason(k));
     lua_setfield(L, -2, "finish_reason");
+    if (k->refusal.len) {
+        lua_pushlstring(L, k->refusal.data, k->refusal.len);
+        lua_setfield(L, -2, "refusal");
+    }
     lua_pushstring(L, k->model);
     lua_setfield(L, -2, "model");
     /* Anthropic's input_tokens leaves out what was read from or written to the cache (its

@@ -35,14 +35,18 @@ int request_retryable(const struct request *r)
     const struct http_call *c = r->call;
     if (c == NULL || r->delivered)
         return 0;
-    int nothing_arrived = c->status == 0 && r->answer_bytes == 0;
     if (c->result != CURLE_OK) {
         if (connect_failure(c->result))
             return 1;
-        return broken_transfer(c->result) && (r->spec.replayable || nothing_arrived);
+        /* Nothing arrived does not mean nothing ran: the request may have reached the server
+         * and be running there (Daytona's daemon runs a command whether or not its client is
+         * still connected: apps/daemon/pkg/toolbox/process/execute.go). */
+        return broken_transfer(c->result) && r->spec.replayable;
     }
     long s = c->status;
-    if (s == 429 || (s == r->spec.also_retry_status && s > 0))
+    if (s == 429)
+        return !r->spec.hand_back_429;
+    if (s == r->spec.also_retry_status && s > 0)
         return 1;
     /* A gateway's 5xx says nothing of whether the request ran: only a replayable one goes
      * again (a second create would make a second sandbox). 501 will not change. */
@@ -115,6 +119,10 @@ static void start_attempt(struct request *r)
     if (left < 1)
         left = 1;
     struct http_req req = r->spec.http;
+    /* libcurl sends a request once more, by itself, when a reused connection dies before any
+     * answer byte (lib/transfer.c, Curl_retry_request): only a new connection keeps a request
+     * that must not repeat from going twice. */
+    req.fresh_connect = !r->spec.replayable;
     double connect = req.connect_timeout_ms > 0 ? (double)req.connect_timeout_ms
                                                 : CONNECT_TIMEOUT_MS;
     req.timeout_ms = isinf(left) ? 0 : (long)left;

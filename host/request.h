@@ -7,12 +7,15 @@
  *   - never after answer bytes were handed on to the caller (request_mark_delivered): a
  *     repeat would deliver them twice;
  *   - a connection that could not be made, and 429 (the server did not run the request):
- *     always;
- *   - 408 and 5xx but 501, a timeout or a broken transfer: when the request is replayable
- *     (an idempotent method, an Idempotency-Key, or a binding that says repeating is safe),
- *     and for any other request only when no byte of an answer arrived;
+ *     always, unless hand_back_429 gives the 429 to the caller;
+ *   - 408 and 5xx but 501, a timeout or a broken transfer: only when the request is replayable
+ *     (an idempotent method, an Idempotency-Key, or a binding that says repeating is safe):
+ *     a request that may have reached the server is never sent twice, and one that is not
+ *     replayable goes on a connection of its own, since libcurl itself repeats a request
+ *     whose reused connection broke;
  *   - also_retry_status (a binding's own, e.g. Daytona's 409 "state change in progress").
- * Waits honour retry-after-ms and Retry-After, else jittered exponential backoff (retry.h).
+ * Waits honour retry-after-ms, Retry-After and Retry-After-{name}, else jittered exponential
+ * backoff (retry.h).
  * One timeout model: deadline_ms bounds the whole request, retries included; each attempt gets
  * what is left, capped by attempt_timeout_ms when set; a wait that would end past the
  * deadline is not started. */
@@ -35,6 +38,8 @@ struct request_spec {
     long attempt_timeout_ms;       /* 0 = up to the deadline */
     int replayable;                /* repeating it is safe whatever the method and headers */
     long also_retry_status;        /* 0 = none */
+    int hand_back_429;             /* a 429 ends the request at once: the caller paces its
+                                      calls itself (a batch that narrows its width) */
     http_chunk_fn on_chunk;        /* NULL keeps the body in the call */
     request_attempt_fn on_attempt;
     request_done_fn done;

@@ -1,5 +1,7 @@
 /* retry.c — see retry.h. */
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 
 #include "loop.h"
@@ -25,12 +27,41 @@ double retry_after_parse(const char *value, time_t now)
     return when > now ? (double)(when - now) : 0;
 }
 
+struct longest_wait {
+    time_t now;
+    double seconds;
+};
+
+/* Retry-After, and Retry-After-{throttler} as Daytona's named throttlers send it instead
+ * (apps/api/src/common/guards/authenticated-rate-limit.guard.ts; the headers are listed in
+ * apps/docs/src/content/docs/en/limits.mdx). retry-after-ms is OpenAI's, in milliseconds. */
+static int note_wait(void *ud, const char *name, size_t nlen, const char *val, size_t vlen)
+{
+    static const char prefix[] = "retry-after";
+    const size_t plen = sizeof prefix - 1;
+    struct longest_wait *w = ud;
+    if (nlen < plen || strncasecmp(name, prefix, plen) != 0)
+        return 0;
+    if (nlen > plen && (name[plen] != '-' || (nlen == plen + 3 &&
+                                               strncasecmp(name + plen, "-ms", 3) == 0)))
+        return 0;
+    char value[64];
+    size_t n = vlen < sizeof value - 1 ? vlen : sizeof value - 1;
+    memcpy(value, val, n);
+    value[n] = '\0';
+    double s = retry_after_parse(value, w->now);
+    if (s > w->seconds)
+        w->seconds = s;
+    return 0;
+}
+
 double retry_after_header(const struct http_call *c)
 {
-    char value[64];
-    if (c->result != CURLE_OK || http_header(c, "retry-after", value, sizeof value) != 0)
+    struct longest_wait w = {time(NULL), -1};
+    if (c->result != CURLE_OK)
         return -1;
-    return retry_after_parse(value, time(NULL));
+    http_each_header(c, note_wait, &w);
+    return w.seconds;
 }
 
 double retry_backoff_ms(int attempt, double base_ms, double cap_ms, double unit)

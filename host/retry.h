@@ -11,8 +11,8 @@
  * date compared with now); -1 when it is absent or unreadable. */
 double retry_after_parse(const char *value, time_t now);
 
-/* Seconds the Retry-After header of c's response asks for; -1 when there is none (or no
- * response at all). */
+/* Seconds the Retry-After headers of c's response ask for (Retry-After and every
+ * Retry-After-{name}; the longest wins); -1 when there is none (or no response at all). */
 double retry_after_header(const struct http_call *c);
 
 /* Delay before retry number attempt (1 = first retry): base * 2^(attempt-1) capped at cap,

@@ -1,6 +1,7 @@
 /* check_request.c — the request engine (host/request.c) against the loopback echo stand-in,
  * trying to make it repeat what it must not and to leak what it holds: a POST whose answer
- * was cut is not sent twice; one that got no byte back, or carries an Idempotency-Key, is;
+ * was cut, or that got no byte back, is not sent twice (the server may have run it); one that
+ * carries an Idempotency-Key is;
  * Retry-After is waited; a wait past the deadline is not; cancelling mid-backoff frees all. */
 #include <signal.h>
 #include <stdio.h>
@@ -117,12 +118,25 @@ START_TEST(a_post_whose_answer_was_cut_is_not_sent_again)
 }
 END_TEST
 
-START_TEST(a_post_that_got_no_byte_back_is_sent_again)
+START_TEST(a_post_that_got_no_byte_back_is_not_sent_again)
 {
+    /* The server read it and hung up: it may have run it (Daytona's daemon runs a command
+     * whether or not its client is still there). */
     struct request *r = start("POST", "/hangup", NULL, 3, 10);
     wait_request(r, 10);
-    ck_assert_int_eq(r->attempts, 3);
+    ck_assert_int_eq(r->attempts, 1);
     ck_assert_int_eq(r->call->result, CURLE_GOT_NOTHING);
+    ck_assert(!request_retryable(r));
+    request_free(r);
+    ck_assert_int_eq(served(), 1);
+}
+END_TEST
+
+START_TEST(a_put_that_got_no_byte_back_is_sent_again)
+{
+    struct request *r = start("PUT", "/hangup", NULL, 3, 10);
+    wait_request(r, 10);
+    ck_assert_int_eq(r->attempts, 3);
     request_free(r);
     ck_assert_int_eq(served(), 3);
 }
@@ -180,6 +194,26 @@ START_TEST(retry_after_is_waited_even_for_a_post)
     ck_assert_int_eq(r->call->status, 429);
     ck_assert_double_eq(r->retry_after, 1);
     ck_assert_msg(took >= 1000 && took < 1800, "took %.0f ms", took);
+    request_free(r);
+}
+END_TEST
+
+START_TEST(a_429_handed_back_ends_the_request_at_once_with_its_wait)
+{
+    static char url[160];
+    snprintf(url, sizeof url, "%s/status/429", base);   /* Retry-After: 1 */
+    struct request_spec spec = {
+        .http = {.method = "POST", .url = url, .body = "x", .body_len = 1},
+        .max_attempts = 5, .backoff_base_ms = 10, .backoff_cap_ms = 50,
+        .deadline_ms = loop_now_ms() + 10e3, .hand_back_429 = 1, .done = count_done,
+    };
+    struct request *r = request_start(lp, &spec);
+    ck_assert_ptr_nonnull(r);
+    wait_request(r, 10);
+    ck_assert_int_eq(r->attempts, 1);
+    ck_assert_int_eq(r->call->status, 429);
+    ck_assert_double_eq(r->retry_after, 1);
+    ck_assert_int_eq(served(), 1);
     request_free(r);
 }
 END_TEST
@@ -256,7 +290,9 @@ Suite *make_request_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, a_post_whose_answer_was_cut_is_not_sent_again);
-    tcase_add_test(tc, a_post_that_got_no_byte_back_is_sent_again);
+    tcase_add_test(tc, a_post_that_got_no_byte_back_is_not_sent_again);
+    tcase_add_test(tc, a_put_that_got_no_byte_back_is_sent_again);
+    tcase_add_test(tc, a_429_handed_back_ends_the_request_at_once_with_its_wait);
     tcase_add_test(tc, a_cut_post_with_an_idempotency_key_is_sent_again);
     tcase_add_test(tc, a_cut_get_is_sent_again_but_a_post_5xx_is_not);
     tcase_add_test(tc, a_refused_connection_is_retried_whatever_the_method);

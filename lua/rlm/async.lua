@@ -171,28 +171,33 @@ function Task:result()
   return true, table.unpack(self.results, 1, self.results.n)
 end
 
---- A counting semaphore for concurrency caps. Waiters queue with a head index, as `runnable`
--- does: a release costs the same however many wait (2,000 sub-calls behind a cap of 64).
+--- A counting semaphore for concurrency caps. acquire(k) takes k units at once (default 1; more
+-- than n is taken as n), release(k) gives them back; waiters are served in order, each as a
+-- whole, so two that take several units never hold part of them each and wait for the rest.
+-- Waiters queue with a head index, as `runnable` does: a release costs the same however many
+-- wait (2,000 sub-calls behind a cap of 64).
 function M.semaphore(n)
   local s = {free = n, queue = {}, first = 1, last = 0}
-  function s.acquire()
-    if s.free > 0 then
-      s.free = s.free - 1
+  local function units(k) return math.min(k or 1, n) end
+  function s.acquire(k)
+    k = units(k)
+    if s.free >= k and s.first > s.last then
+      s.free = s.free - k
       return
     end
     local id = loop.new_id()
     s.last = s.last + 1
-    s.queue[s.last] = id
+    s.queue[s.last] = {id = id, k = k}
     M.await(id)
   end
-  function s.release()
-    if s.first > s.last then
-      s.free = s.free + 1
-      return
+  function s.release(k)
+    s.free = s.free + units(k)
+    while s.first <= s.last and s.queue[s.first].k <= s.free do
+      local w = s.queue[s.first]
+      s.queue[s.first], s.first = nil, s.first + 1
+      s.free = s.free - w.k
+      loop.ready(w.id)
     end
-    local id = s.queue[s.first]
-    s.queue[s.first], s.first = nil, s.first + 1
-    loop.ready(id)
   end
   return s
 end

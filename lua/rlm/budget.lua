@@ -63,6 +63,26 @@ function M.write_rate(price)
   return price.cache_write or price.input * 1.25
 end
 
+--- What prompt caching saved on a sum of calls on one model (input_tokens, cache_read_tokens,
+-- cache_write_tokens) at price, in USD: the reads' discount less the writes' surcharge; 0
+-- without a price.
+function M.cache_saved(price, sum)
+  if not price then return 0 end
+  local read, written = sum.cache_read_tokens or 0, sum.cache_write_tokens or 0
+  return (read * (price.input - (price.cached_input or price.input))
+    - written * (M.write_rate(price) - price.input)) / 1e6
+end
+
+--- A few words on what prompt caching did in usage (cache_read_tokens, cache_write_tokens and
+-- prompt_cache_saved, USD), for progress lines and reports; "" when it did nothing.
+function M.cache_words(u)
+  local read, written = u.cache_read_tokens or 0, u.cache_write_tokens or 0
+  if read == 0 and written == 0 then return "" end
+  local words = ("cache %d read, %d written"):format(read, written)
+  if u.prompt_cache_saved then words = words .. (", saved $%.4f"):format(u.prompt_cache_saved) end
+  return words
+end
+
 local function rate(v, optional)
   if v == nil then return optional end
   return type(v) == "number" and v >= 0
@@ -164,8 +184,29 @@ function M.new(limits, parent)
     cost = 0,
     by_model = {},
     held = {calls = 0, tokens = 0, cost = 0},   -- reserved by calls in flight
+    largest = {},           -- the longest reply (output tokens) seen, by kind and model
     keep = nil,             -- {tokens, cost} no call but the root's extraction may use
   }, Budget)
+end
+
+--- The output tokens to reserve for a call of kind ("turn", "sub") on model: twice the
+-- longest reply of that kind this budget's tree has had from the model (at least floor), or
+-- `unseen` before any; never more than limit (the model's output limit).
+function Budget:output_reserve(kind, model, limit, floor, unseen)
+  local seen = self.largest[kind .. " " .. model]
+  if not seen then return math.min(limit, unseen or limit) end
+  return math.min(limit, math.max(floor, 2 * seen))
+end
+
+-- Notes a reply of kind on model along the chain.
+local function note_reply(b, kind, model, usage)
+  local out = usage and usage.output_tokens
+  if not (kind and out) then return end
+  local key = kind .. " " .. model
+  while b do
+    if out > (b.largest[key] or 0) then b.largest[key] = out end
+    b = b.parent
+  end
 end
 
 --- What is kept back along the chain for the root's final extraction: tokens, cost.
@@ -222,8 +263,8 @@ function Budget:time_left()
   return (select(4, chain_left(self)))
 end
 
--- The limit (name and value) that binds `what` for this budget, for messages.
-function Budget:binding(what, key)
+-- The level of the chain whose limit binds `what` (the least left), or nil.
+local function binding_level(self, what)
   local best, value
   local b = self
   while b do
@@ -231,7 +272,27 @@ function Budget:binding(what, key)
     if v and (best == nil or v < value) then best, value = b, v end
     b = b.parent
   end
+  return best
+end
+
+-- The limit (name and value) that binds `what` for this budget, for messages.
+function Budget:binding(what, key)
+  local best = binding_level(self, what)
   return best and best.limits[key]
+end
+
+-- Why a call needing `need` (tokens or USD, per `what`) is refused: the binding limit and
+-- where it went (spent, held by calls in flight, kept for the extraction), in one line.
+local function refusal(self, what, need, keep)
+  local b = binding_level(self, what)
+  if what == "cost" then
+    return ("max_cost: this call needs $%.4f with room to answer; of the $%g limit $%.4f is spent, "
+      .. "$%.4f held by calls in flight and $%.4f kept for the final extraction"):format(
+      need, b.limits.max_cost, b.cost, b.held.cost, keep)
+  end
+  return ("max_tokens: this call needs about %d tokens with room to answer; of the %d tokens %d "
+    .. "are used, %d held by calls in flight and %d kept for the final extraction"):format(
+    need, b.limits.max_tokens, b.input_tokens + b.output_tokens, b.held.tokens, keep)
 end
 
 local function hold(self, ticket, sign)
@@ -247,7 +308,8 @@ end
 --- Reserves one model call before it is sent. call: prompt_chars, output (the output cap wanted;
 -- nil: the caller's default), sub (true: counts against max_llm_calls), price ({input, output}
 -- USD per million tokens, or nil when the model has none), label (for messages), final (the
--- root's extraction: may use what is kept for it). Returns a ticket whose max_tokens is
+-- root's extraction: may use what is kept for it), kind ("turn", "sub": its reply is noted for
+-- output_reserve when it is settled). Returns a ticket whose max_tokens is
 -- the output cap to send (nil when no limit needs one), or nil and the refusal, which starts
 -- with the name of the limit (max_llm_calls:, max_tokens:, max_cost:, max_time:).
 -- The ticket for call given what the chain has left and what is kept for the extraction, or nil
@@ -267,10 +329,7 @@ local function decide(self, call, left_calls, left_tokens, left_cost, left_secon
   local cap = call.output
   if left_tokens then
     local room = left_tokens - prompt - keep
-    if room < M.MIN_OUTPUT then
-      return nil, ("max_tokens: this call needs about %d prompt tokens and room to answer, and %d "
-        .. "of the %d tokens remain"):format(prompt, left_tokens, self:binding("tokens", "max_tokens"))
-    end
+    if room < M.MIN_OUTPUT then return nil, refusal(self, "tokens", prompt + M.MIN_OUTPUT, keep) end
     cap = math.min(cap or room, room)
   end
   local cost = 0
@@ -285,14 +344,13 @@ local function decide(self, call, left_calls, left_tokens, left_cost, left_secon
     local room = left_cost - keep_cost - prompt * p.input / 1e6
     local out_room = p.output > 0 and math.floor(room * 1e6 / p.output) or math.huge
     if out_room < M.MIN_OUTPUT then
-      return nil, ("max_cost: this call would cost up to $%.4f and $%.4f of $%g remain"):format(
-        (prompt * p.input + M.MIN_OUTPUT * p.output) / 1e6, left_cost, self:binding("cost", "max_cost"))
+      return nil, refusal(self, "cost", (prompt * p.input + M.MIN_OUTPUT * p.output) / 1e6, keep_cost)
     end
     cap = math.min(cap or out_room, out_room)
     cost = (prompt * p.input + cap * p.output) / 1e6
   end
   return {calls = call.sub and 1 or 0, tokens = left_tokens and prompt + cap or 0, cost = cost,
-          max_tokens = (left_tokens or left_cost) and math.floor(cap) or nil}
+          max_tokens = (left_tokens or left_cost) and math.floor(cap) or nil, kind = call.kind}
 end
 
 function Budget:reserve(call)
@@ -301,6 +359,26 @@ function Budget:reserve(call)
                              self:kept())
   if ticket then hold(self, ticket, 1) end
   return ticket, why
+end
+
+--- Reserves a call of a fixed price (a user's tool: `cost` USD, 0 when unpriced) that is no
+-- model call; settled with settle(ticket, "tool:NAME", usage, cost). Returns the ticket, or nil
+-- and the refusal (max_time:, max_cost:).
+function Budget:reserve_cost(cost, label)
+  local _, _, left_cost, left_seconds = chain_left(self)
+  if left_seconds and left_seconds <= 0 then
+    return nil, ("max_time: the run's %g s are up"):format(self:binding("seconds", "max_time"))
+  end
+  if left_cost and cost > 0 then
+    local _, keep_cost = self:kept()
+    if left_cost - keep_cost < cost then
+      return nil, ("max_cost: %s costs $%.4f a call and $%.4f of $%g remain (less $%.4f kept for "
+        .. "the final answer)"):format(label, cost, left_cost, self:binding("cost", "max_cost"), keep_cost)
+    end
+  end
+  local ticket = {calls = 0, tokens = 0, cost = left_cost and cost or 0}
+  hold(self, ticket, 1)
+  return ticket
 end
 
 --- Reserves a batch's calls in their order, exactly as one reserve after another would (each
@@ -338,6 +416,7 @@ end
 -- nil when it brought no answer) is added here and to every ancestor.
 function Budget:settle(ticket, model, usage, cost)
   hold(self, ticket, -1)
+  note_reply(self, ticket.kind, model, usage)
   local i, o = usage and usage.input_tokens or 0, usage and usage.output_tokens or 0
   local r, w = usage and usage.cache_read_tokens or 0, usage and usage.cache_write_tokens or 0
   cost = cost or 0
@@ -377,6 +456,7 @@ function Budget:settle_all(tickets, model, usages, costs)
         h_cost - ticket.cost
       llm_calls = llm_calls + ticket.calls
       if usage then
+        if b == self then note_reply(self, ticket.kind, model, usage) end
         i, o = i + (usage.input_tokens or 0), o + (usage.output_tokens or 0)
         r, w = r + (usage.cache_read_tokens or 0), w + (usage.cache_write_tokens or 0)
       else

@@ -57,8 +57,8 @@ commands.help = {
       io.write(require("rlm.help").man(host.version))
     elseif name == "--markdown" then
       io.write(require("rlm.help").markdown())
-    elseif name == "mcp" and args[2] == "deploy" then
-      print(require("rlm.help").text("mcp deploy"))
+    elseif (name == "mcp" and args[2] == "deploy") or (name == "trace" and args[2] == "export") then
+      print(require("rlm.help").text(name .. " " .. args[2]))
     elseif name and commands[name] then
       print(commands_table.help(name))
     elseif name then

@@ -11,7 +11,9 @@ commands:
   -e CODE                  run a chunk of Lua
   ask "TASK"               run the RLM loop on a task (--context FILE, --model M, ...)
   trace FILE.jsonl         summarise a trajectory, or render it (--html OUT.html)
+  trace export FILE ...    trajectories as chat-format JSONL for fine-tuning
   replay FILE.jsonl        run a trajectory again on its recorded answers; report differences
+  cache [show|prune|clear] the sub-call cache: where, how many entries, how big; remove them
   bench TASK               the paper's evaluations with your key: accuracy, cost, spread
   skill list|show|NAME     the bundled recipes (and yours, from RLM_SKILLS_PATH)
   exec CODE|-              run one block of Python in a fresh sandbox (--backend, --volume, --json)
@@ -19,6 +21,7 @@ commands:
   sandboxes                list the Daytona sandboxes rlm made (--prune, --all: delete leftovers)
   mcp [--http [HOST:]PORT] serve rlm's tools over MCP (stdio, or Streamable HTTP at /mcp)
   mcp deploy [--name N]    the MCP server, always on, in a Daytona sandbox (--status, --stop, ...)
+  serve [--http HOST:PORT] the OpenAI API (/v1/chat/completions) answered by RLM runs
   version                  print the version
   help [COMMAND]           this text, or a command's help (--man: the manual page)
 
@@ -52,10 +55,10 @@ one message with a traceback and exits 1; a script may return an integer exit st
 --- The commands kept in modules of their own (each with `help` and `main(args)`), loaded
 -- only when used or their help is asked for.
 M.MODULES = {
-  ask = "rlm.cmd.ask", trace = "rlm.cmd.trace", replay = "rlm.cmd.replay",
+  ask = "rlm.cmd.ask", trace = "rlm.cmd.trace", serve = "rlm.cmd.serve", replay = "rlm.cmd.replay",
   bench = "rlm.cmd.bench", skill = "rlm.cmd.skill", mcp = "rlm.cmd.mcp",
   exec = "rlm.cmd.exec", ["daytona-smoke"] = "rlm.cmd.daytona_smoke",
-  sandboxes = "rlm.cmd.sandboxes",
+  sandboxes = "rlm.cmd.sandboxes", cache = "rlm.cmd.cache",
 }
 
 --- The help text of command name, or nil when there is no such command.

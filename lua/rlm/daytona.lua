@@ -131,6 +131,9 @@ local CREATE_FIELDS = {
   gpu = "gpu", memory = "memory", disk = "disk", auto_stop_interval = "autoStopInterval",
   auto_archive_interval = "autoArchiveInterval", auto_delete_interval = "autoDeleteInterval",
   network_block_all = "networkBlockAll", network_allow_list = "networkAllowList",
+  -- A wall-clock lifetime, for APIs newer than v0.190.0 (the 0.218 clients send it); v0.190.0
+  -- has no such field and, validating without a whitelist (apps/api/src/main.ts), ignores it.
+  ttl_minutes = "ttlMinutes",
 }
 
 -- The label of one create call, by which a sandbox made despite a failed answer is found.
@@ -160,35 +163,59 @@ end
 -- snapshot | image, env, labels, language, target, cpu, gpu, memory, disk (GiB),
 -- auto_stop_interval, auto_archive_interval, auto_delete_interval (minutes), ephemeral,
 -- volumes = {{volume_id | volume, mount_path, subpath}}, network_block_all,
--- network_allow_list, public, user, extra (raw fields), timeout (seconds to start, default 60).
+-- network_allow_list, public, user, ttl_minutes, extra (raw fields), timeout (seconds to start,
+-- default 60), quota_wait (seconds to wait while the organisation is at its quota; default 0:
+-- the 400 "Total CPU limit exceeded" is returned at once).
 -- Whether a failed create may have made a sandbox all the same: a gateway error or a lost
 -- answer, as opposed to a refusal.
 local function create_outcome_unknown(err)
+  -- A connection that was never made (refused, no such host) carried nothing: nothing was made,
+  -- and the transport has already spent its retries on it.
+  if err.kind == "connect" or err.kind == "dns" then return false end
   return err.status == nil or err.status == 502 or err.status == 503 or err.status == 504
 end
 
+-- An organisation at its quota: apps/api/src/sandbox/services/sandbox.service.ts,
+-- validateOrganizationQuotas, answers 400 "Total CPU limit exceeded" (memory, disk, GPU
+-- alike). Final for the request, but it passes as other sandboxes go.
+local function over_quota(err)
+  return err.status == 400 and tostring(err.message):find("Total %a+ limit exceeded") ~= nil
+end
+
 -- Creates with a label no other create carries, so that after an unclear failure the sandbox
--- it may have made is found instead of made twice; then tries again, within the deadline.
-function Client:create_once(body)
+-- it may have made is found instead of made twice (the request itself is never repeated by
+-- the transport: see host/request.h); then tries again, within the deadline. At the quota it
+-- waits, for at most quota_wait seconds, for other sandboxes to go.
+function Client:create_once(body, quota_wait)
   local token = ("%08x%08x"):format(math.random(0, 0xffffffff), math.random(0, 0xffffffff))
   body.labels = body.labels or {}
   body.labels[CREATE_LABEL] = token
-  local deadline = sys.now() + self.deadline
-  local wait = 0.25
+  local now = sys.now()
+  local deadline, quota_deadline = now + self.deadline, now + (quota_wait or 0)
+  local wait, quota_pause = 0.25, 0.5
   while true do
     local sb, err = self:request{method = "POST", path = "/sandbox", json = body}
-    if sb or not create_outcome_unknown(err) then return sb, err end
-    local found = self:list_sandboxes{labels = {[CREATE_LABEL] = token}}
-    if found and found[1] then return found[1] end
-    if sys.now() + wait > deadline then return nil, err end
-    async.sleep(wait * (0.5 + math.random() / 2))
-    wait = math.min(wait * 2, 8)
+    if sb then return sb end
+    if over_quota(err) then
+      if sys.now() + quota_pause > quota_deadline then return nil, err end
+      async.sleep(quota_pause * (0.5 + math.random() / 2))
+      quota_pause = math.min(quota_pause * 1.5, 5)
+      deadline = math.max(deadline, sys.now() + self.deadline)
+    elseif not create_outcome_unknown(err) then
+      return nil, err
+    else
+      local found = self:list_sandboxes{labels = {[CREATE_LABEL] = token}}
+      if found and found[1] then return found[1] end
+      if sys.now() + wait > deadline then return nil, err end
+      async.sleep(wait * (0.5 + math.random() / 2))
+      wait = math.min(wait * 2, 8)
+    end
   end
 end
 
 function Client:create_sandbox(params)
   params = params or {}
-  local sb, err = self:create_once(create_body(self, params))
+  local sb, err = self:create_once(create_body(self, params), params.quota_wait)
   if not sb then return nil, err end
   if params.wait == false or sb.state == "started" then return sb end
   return self:wait_sandbox(sb.id, {"started"}, params.timeout or 60)

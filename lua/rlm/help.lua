@@ -7,7 +7,7 @@ local commands = require "rlm.commands"
 local M = {}
 
 -- The commands in the order the man page and docs/cli.md give them.
-M.ORDER = {"run", "-e", "exec", "ask", "trace", "replay", "bench", "skill", "mcp", "mcp deploy",
+M.ORDER = {"run", "-e", "exec", "ask", "trace", "trace export", "replay", "cache", "bench", "skill", "mcp", "mcp deploy", "serve",
            "daytona-smoke", "sandboxes", "version", "help"}
 
 M.SUMMARY = "Recursive Language Model runs: a model writes Python, a sandbox runs it"
@@ -34,13 +34,15 @@ M.ENVIRONMENT = {
   {"DAYTONA_API_KEY (or DAYTONA_JWT_TOKEN and DAYTONA_ORGANIZATION_ID), DAYTONA_API_URL, DAYTONA_TARGET", "Daytona, as its official SDKs read them"},
   {"RLM_BACKEND", "default sandbox backend (local or daytona)"},
   {"RLM_MCP_TOKEN", "the bearer token rlm mcp --http requires (always when bound beyond 127.0.0.1)"},
+  {"RLM_SERVE_TOKEN", "the API key rlm serve requires of its clients (always when bound beyond 127.0.0.1)"},
   {"RLM_MCP_ALLOWED_HOSTS, RLM_MCP_ALLOWED_ORIGINS", "further Host names and origins rlm mcp --http accepts (comma separated)"},
   {"XDG_DATA_HOME", "local volumes live in $XDG_DATA_HOME/rlm/volumes/NAME (default ~/.local/share)"},
   {"RLM_BWRAP, RLM_PYTHON", "the bubblewrap and Python executables of the local sandbox (defaults bwrap, /usr/bin/python3)"},
   {"RLM_VENV", "a virtualenv (made from /usr/bin/python3) or a folder of Python packages, read-only in the local sandbox"},
-  {"RLM_SANDBOX_UID", "the uid the local sandbox runs as when rlm runs as root (default 65534)"},
+  {"RLM_SANDBOX_UID", "one uid every local sandbox runs as when rlm runs as root (default: a uid of each sandbox's own)"},
   {"RLM_LUA_PATH", "DIR[:DIR]: Lua modules found there win over the embedded ones"},
   {"RLM_SKILLS_PATH", "DIR[:DIR]: your own skills, beside $XDG_DATA_HOME/rlm/skills"},
+  {"OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS, OTEL_SERVICE_NAME", "send each run as an OpenTelemetry trace to this collector (OTLP/HTTP JSON; off when unset)"},
   {"RLM_DEBUG", "1: a command's error comes with where in rlm it was raised and a traceback"},
 }
 
@@ -51,6 +53,7 @@ M.SEE_ALSO = "The reference is in the docs/ folder of rlm's source: cli.md (this
 --- The help text of a command (a string).
 function M.text(name)
   if name == "mcp deploy" then return require("rlm.cmd.mcp_deploy").help end
+  if name == "trace export" then return require("rlm.cmd.trace_export").help end
   return commands.help(name)
 end
 

@@ -19,6 +19,8 @@
 --                                  .resource("lua/rlm/driver.py"); its docstring is the wire
 --                                  protocol); the driver's first line is its `ready` event,
 --                                  read with sb:request(nil, timeout). Raises.
+--   backend.start_width            optional: how many sandboxes this process starts at once (a
+--                                  start queue; the others wait their turn).
 --   backend.payload_min            optional: when sb:request carries raw payloads (the driver's
 --                                  docstring), the byte length from which a string skips JSON
 --                                  both ways; the backend starts the driver with it.
@@ -30,6 +32,9 @@
 --                                  gone), "protocol" (a line that is not JSON). Must wait through
 --                                  rlm.async so other tasks keep running. With payloads, an
 --                                  event's payloads entries get .data (their bytes).
+--   sb:send(req)                   optional: writes one request line without reading an event
+--                                  (a reply to one of several open calls); true | nil, err.
+--                                  Without it the calls of a block are answered one at a time.
 --   sb:kill_driver()               stops the driver at once; start_driver() may follow.
 --   sb:upload(path, data) -> true | nil, err          paths are sandbox paths; relative ones are
 --   sb:download(path) -> data | nil, err              under /home/daytona/workspace
@@ -83,11 +88,12 @@ M.defaults = {backend = "local", timeout = 900, max_output_chars = 10000, networ
 local OPTIONS = {backend = true, timeout = true, execute_timeout = true, volume_name = true,
                  repo_url = true, repo_ref = true, context_paths = true, env = true,
                  network = true, on_call = true, max_output_chars = true, start_timeout = true,
-                 limits = true,
+                 limits = true, tools = true,
                  -- without on_call, these give the code llm_query / rlm_query through rlm.run's
                  -- handler, with its budget (see M.new)
                  model = true, sub_model = true, max_llm_calls = true, llm_call_timeout = true,
                  max_depth = true, max_tokens = true, max_cost = true, child_max_iterations = true,
+                 batch_concurrency = true, max_parallel_children = true,
                  -- fleet-rlm's: here no execute ever blocks other tasks, so it changes nothing
                  async_execute = true}
 M.options = OPTIONS
@@ -117,7 +123,21 @@ local BACKSTOP = 1.0
 local START_TIMEOUT = 30
 
 local NO_HANDLER = "llm_query is not available: no model configured"
-local CALL_KINDS = {llm_query = true, llm_query_batched = true, rlm_query = true, budget = true}
+
+-- Sandboxes of one backend start at most backend.start_width at a time in this process:
+-- starting is the machine's work (namespaces, mounts, Python's start), and more at once only
+-- makes every start slower, past its start_timeout. The rest wait their turn.
+local start_queues = {}
+
+local function start_queue(backend)
+  local width = backend.start_width
+  if not width then return nil end
+  start_queues[backend] = start_queues[backend] or async.semaphore(width)
+  return start_queues[backend]
+end
+local CALL_KINDS = {llm_query = true, llm_query_batched = true, rlm_query = true,
+                    rlm_query_batched = true, budget = true, tool = true,
+                    llm_query_batched_start = true, llm_query_batched_next = true}
 
 local Interp = {}
 Interp.__index = Interp
@@ -212,17 +232,43 @@ local function closed_error()
   error("this interpreter has been shut down", 3)
 end
 
+--- The user's tools (rlm.tools), their MCP servers started or reached once: the list. Raises
+-- when one cannot be had.
+function Interp:load_tools()
+  if self.opts.tools and not self.tools then
+    local tools = require "rlm.tools"
+    self.tools, self.tool_index = tools.load(self.opts.tools)
+    self.tools_code = #self.tools > 0 and tools.python(self.tools) or nil
+  end
+  return self.tools or {}
+end
+
 --- Starts the sandbox and its driver; a no-op when it runs already. Raises on failure, leaving
 -- nothing half-created.
 function Interp:start()
   if self.closed then closed_error() end
   if self.sandbox then return self end
-  local sb = self.backend.create(self.opts)
-  registry.add(sb)
-  local ok, err = pcall(self.launch, self, sb)
+  -- The tools before any sandbox exists: a tool that cannot be had costs no sandbox.
+  self:load_tools()
+  local queue = start_queue(self.backend)
+  local queued = clock()
+  if queue then queue.acquire() end
+  -- How long this start waited its turn (other sandboxes of this process were starting).
+  self.start_wait = clock() - queued
+  local made, sb = pcall(self.backend.create, self.opts)
+  local ok, err = made, sb
+  if made then
+    registry.add(sb)
+    ok, err = pcall(self.launch, self, sb)
+  end
+  if queue then queue.release() end
   if not ok then
-    registry.remove(sb)
-    sb:destroy()
+    if made then
+      registry.remove(sb)
+      -- The failure comes first; a cleanup that fails too is added to it, never put in its place.
+      local deleted, why = pcall(sb.destroy, sb)
+      if not deleted then err = ("%s; and %s"):format(tostring(err), tostring(why)) end
+    end
     error(err, 2)
   end
   self.sandbox = sb
@@ -230,13 +276,33 @@ function Interp:start()
   return self
 end
 
--- Starts the driver in sb and waits for its ready event.
+-- What a start that failed only because the machine is busy says (fork or clone: EAGAIN).
+local BUSY = "Resource temporarily unavailable"
+local BUSY_PAUSE = 0.25
+
+-- Starts the driver in sb and waits for its ready event. A start the machine refuses for now
+-- (EAGAIN: no process or namespace to be had) waits and tries again within start_timeout.
 function Interp:launch(sb)
-  sb:start_driver()
-  local ev, err = sb:request(nil, self.opts.start_timeout or START_TIMEOUT)
-  if not ev or ev.ev ~= "ready" then
+  self.tools_defined = false      -- a new driver: the tools are defined again before its first block
+  local limit = self.opts.start_timeout or START_TIMEOUT
+  local deadline = clock() + limit
+  local pause = BUSY_PAUSE
+  while true do
+    local started, ev, err = pcall(sb.start_driver, sb)
+    if started then
+      ev, err = sb:request(nil, max(0.05, deadline - clock()))
+    else
+      ev, err = nil, tostring(ev)
+    end
+    if ev and ev.ev == "ready" then return end
     sb:kill_driver()
-    error("the sandbox did not start: " .. (err or ("unexpected first event " .. json.encode(ev))), 0)
+    local busy = err and err:find(BUSY, 1, true)
+    if not busy or clock() + pause >= deadline then
+      if busy then err = err .. ("; the machine stayed busy for %g s (start_timeout)"):format(limit) end
+      error("the sandbox did not start: " .. (err or ("unexpected first event " .. json.encode(ev))), 0)
+    end
+    async.sleep(pause)
+    pause = min(pause * 2, 2)
   end
 end
 
@@ -324,6 +390,9 @@ end
 -- Answers one call event through the handler; returns the reply request.
 function Interp:answer(ev)
   local handler = self.on_call
+  if not handler and ev.kind == "tool" and self.tool_index then
+    handler = function(_, args) return self:call_tool(args) end
+  end
   local results, err
   if not handler then
     err = NO_HANDLER
@@ -336,11 +405,13 @@ function Interp:answer(ev)
       results, err = r, e
     end
   end
-  if err ~= nil then return {op = "reply", id = ev.id, error = tostring(err)} end
+  local number = math.type(ev.call) == "integer" and ev.call or nil
+  if err ~= nil then return {op = "reply", id = ev.id, call = number, error = tostring(err)} end
   if type(results) ~= "table" then
-    return {op = "reply", id = ev.id, error = tostring(ev.kind) .. " got no results from the host"}
+    return {op = "reply", id = ev.id, call = number,
+            error = tostring(ev.kind) .. " got no results from the host"}
   end
-  return {op = "reply", id = ev.id, results = json.array(results)}
+  return {op = "reply", id = ev.id, call = number, results = json.array(results)}
 end
 
 -- A run for code that never finished: the driver was killed and restarted.
@@ -368,6 +439,12 @@ function Interp:execute(code, variables, opts)
   end
   if self.busy then error("this interpreter is already running code (one execute at a time)", 2) end
   if not self.sandbox then self:start() end
+  local lost = self.stale
+  if lost then
+    self.stale = false
+    self:restart_driver()
+  end
+  if self.tools_code and not self.tools_defined then self:define_tools() end
   opts = opts or EMPTY
   local timeout = opts.timeout or self.opts.execute_timeout
   local left = self.opts.timeout - (clock() - self.started_at)
@@ -391,11 +468,6 @@ function Interp:execute(code, variables, opts)
   else
     line, payloads = self:full_request(id, code, timeout, variables, opts.output_names)
   end
-  local lost = self.stale
-  if lost then
-    self.stale = false
-    self:restart_driver()
-  end
   self.busy = true
   local ok, out, run = pcall(self.exchange, self, line, id, timeout, deadline, payloads)
   self.busy = false
@@ -410,6 +482,37 @@ function Interp:execute(code, variables, opts)
   end
   if lost then run.state_lost = true end
   return out, run
+end
+
+-- Defines the tools as builtins of the driver's namespace (a block of its own, before the
+-- first block a driver runs): functions that call the host, not variables of the code.
+function Interp:define_tools()
+  self.tools_defined = true
+  local id = (self.request_id or 0) + 1
+  self.request_id = id
+  local line = '{"op":"execute","id":' .. id .. ',"timeout":60,"code":' .. encode(self.tools_code) .. "}"
+  self.busy = true
+  local ok, _, run = pcall(self.exchange, self, line, id, 60, nil, nil)
+  self.busy = false
+  if not ok or run.error then
+    error("could not define the tools in the sandbox: " .. tostring(ok and run.error or run), 0)
+  end
+end
+
+--- Answers a tool call when no handler does (a bare interpreter): each tool's max_calls hold,
+-- there is no budget.
+function Interp:call_tool(args)
+  local t = self.tool_index and self.tool_index[args.name]
+  if not t then return nil, ("no tool named %s"):format(tostring(args.name)) end
+  self.tool_counts = self.tool_counts or {}
+  local n = (self.tool_counts[t.name] or 0) + 1
+  if t.max_calls and n > t.max_calls then
+    return nil, ("max_calls: %s may be called %d times"):format(t.name, t.max_calls)
+  end
+  self.tool_counts[t.name] = n
+  local res, err = require("rlm.tools").invoke(t, type(args.args) == "table" and args.args or {})
+  if res == nil then return nil, err end
+  return {res}
 end
 
 -- An execute request with variables or output names: its line and the payloads after it.
@@ -434,55 +537,116 @@ function Interp:full_request(id, code, timeout, variables, output_names)
   return line, payloads
 end
 
--- The request/event dialogue of one execute: calls are answered until the code is done.
+-- Each read waits at most this long while calls are open, so that the block's own time is
+-- counted again as soon as the last of them is answered.
+local CALL_SLICE = 1.0
+
+-- The request/event dialogue of one execute: calls are answered until the code is done. With a
+-- backend that can send without reading (sb:send), each call is answered in a task of its own,
+-- so calls the code makes from several threads are carried side by side.
 function Interp:exchange(req, id, timeout, deadline, payloads)
   local sb = self.sandbox
   local started = clock()
-  local now, spent_in_calls = started, 0
-  while true do
-    local wait = timeout - (now - started - spent_in_calls) + BACKSTOP
-    -- The driver's timer stands still during calls; a deadline counts them too.
-    if deadline then wait = min(wait, deadline - now + BACKSTOP) end
-    local ev, err, kind = sb:request(req, max(wait, 0.05), payloads)
-    payloads = nil
-    if not ev then
-      if kind == "timeout" and deadline and clock() >= deadline then
-        return self:lost(started, "TimeoutError: the run's time ran out (max_time) and the " ..
-          "code was stopped; the sandbox was restarted", true)
-      elseif kind == "timeout" then
-        return self:lost(started, ("TimeoutError: the code ran past execute_timeout (%g s) " ..
-          "and the sandbox was restarted"):format(timeout), true)
-      elseif kind == "limit" then
-        return self:lost(started, "LimitError: " .. err .. "; the code was stopped and the " ..
-          "sandbox restarted (its files stay)", false)
+  local calls = {open = 0, paused = 0, since = nil, tasks = {}}
+  -- Seconds until the backstop: the driver's timer stands still while calls are open; a
+  -- deadline counts them too.
+  local function left()
+    local now = clock()
+    local rest = math.huge
+    if calls.open == 0 then
+      rest = timeout - (now - started - calls.paused) + BACKSTOP
+    end
+    if deadline then rest = min(rest, deadline - now + BACKSTOP) end
+    return rest
+  end
+  local ok, submitted, run = pcall(function()
+    while true do
+      local wait = left()
+      if calls.open > 0 then wait = min(wait, CALL_SLICE) end
+      local ev, err, kind = sb:request(req, max(wait, 0.05), payloads)
+      req, payloads = nil, nil
+      self:check_calls(calls)
+      if ev or kind ~= "timeout" or left() <= 0 then
+        local done, out, result = self:take_event(ev, err, kind, id, started, deadline, timeout, calls)
+        if done then return out, result end
+        req = out
       end
-      return self:lost(started, "SandboxError: " .. err .. " (state was lost; the sandbox was restarted)",
-                       false)
     end
-    local bad
-    if ev.ev == "done" and ev.id == id then
-      local submitted, run
-      submitted, run, bad = self:finish(ev, started)
-      if run then return submitted, run end
-    elseif ev.ev == "call" and not CALL_KINDS[ev.kind] then
-      bad = "unknown call " .. tostring(ev.kind)
-    end
-    if bad then
-      return self:lost(started, "SandboxError: the driver sent a malformed " .. ev.ev .. " event (" ..
-        bad .. "); state was lost and the sandbox was restarted", false)
-    end
-    if ev.ev == "call" and ev.id == id then
-      local t0 = clock()
-      req = self:answer(ev)
-      now = clock()
-      spent_in_calls = spent_in_calls + (now - t0)
-    elseif ev.ev == "error" then
-      -- The driver refused the request itself (a bug on our side, not the user's code).
-      error("the sandbox's driver rejected the request: " .. tostring(ev.message), 0)
-    else
-      return self:lost(started, "SandboxError: unexpected event " .. json.encode(ev), false)
+  end)
+  -- A call still open when the block ends another way (a restart, a fault) is answered no more.
+  calls.closed = true
+  if not ok then error(submitted, 0) end
+  return submitted, run
+end
+
+-- Raises the error of a call's task (an interrupt) in the dialogue.
+function Interp:check_calls(calls)
+  for i = #calls.tasks, 1, -1 do
+    local task = calls.tasks[i]
+    if task.done then
+      table.remove(calls.tasks, i)
+      task:join()
     end
   end
+end
+
+-- Answers a call in a task of its own; its reply is sent when it is ready.
+function Interp:answer_aside(ev, calls)
+  local sb = self.sandbox
+  if calls.open == 0 then calls.since = clock() end
+  calls.open = calls.open + 1
+  calls.tasks[#calls.tasks + 1] = async.spawn(function()
+    local ok, reply = pcall(self.answer, self, ev)
+    calls.open = calls.open - 1
+    if calls.open == 0 then calls.paused = calls.paused + (clock() - calls.since) end
+    if not ok then error(reply, 0) end
+    if not calls.closed and self.sandbox == sb then sb:send(reply) end
+  end)
+end
+
+-- What one event means for the dialogue: true, out, run when the block is done (or lost);
+-- false, the next request (or nil: only read) otherwise.
+function Interp:take_event(ev, err, kind, id, started, deadline, timeout, calls)
+  if not ev then
+    if kind == "timeout" and deadline and clock() >= deadline then
+      return true, self:lost(started, "TimeoutError: the run's time ran out (max_time) and the " ..
+        "code was stopped; the sandbox was restarted", true)
+    elseif kind == "timeout" then
+      return true, self:lost(started, ("TimeoutError: the code ran past execute_timeout (%g s) " ..
+        "and the sandbox was restarted"):format(timeout), true)
+    elseif kind == "limit" then
+      return true, self:lost(started, "LimitError: " .. err .. "; the code was stopped and the " ..
+        "sandbox restarted (its files stay)", false)
+    end
+    return true, self:lost(started, "SandboxError: " .. err ..
+      " (state was lost; the sandbox was restarted)", false)
+  end
+  local bad
+  if ev.ev == "done" and ev.id == id then
+    local submitted, run
+    submitted, run, bad = self:finish(ev, started)
+    if run then return true, submitted, run end
+  elseif ev.ev == "call" and not CALL_KINDS[ev.kind] then
+    bad = "unknown call " .. tostring(ev.kind)
+  end
+  if bad then
+    return true, self:lost(started, "SandboxError: the driver sent a malformed " .. ev.ev ..
+      " event (" .. bad .. "); state was lost and the sandbox was restarted", false)
+  end
+  if ev.ev == "call" and ev.id == id then
+    if self.sandbox.send then
+      self:answer_aside(ev, calls)
+      return false, nil
+    end
+    local t0 = clock()
+    local reply = self:answer(ev)
+    calls.paused = calls.paused + (clock() - t0)
+    return false, reply
+  elseif ev.ev == "error" then
+    -- The driver refused the request itself (a bug on our side, not the user's code).
+    error("the sandbox's driver rejected the request: " .. tostring(ev.message), 0)
+  end
+  return true, self:lost(started, "SandboxError: unexpected event " .. json.encode(ev), false)
 end
 
 --- Clears the Python state (globals, imports, buffers); files stay.
@@ -538,6 +702,7 @@ end
 --- Ends the sandbox; idempotent. Also runs on <close>, on error paths and when collected.
 function Interp:shutdown()
   self.closed = true
+  if self.tools then require("rlm.tools").close(self.tools) end
   local sb = self.sandbox
   self.sandbox = nil
   if sb then

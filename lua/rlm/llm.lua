@@ -4,7 +4,8 @@
 --   local res, err = llm.complete{model = "openai/gpt-4o", messages = {{role = "user",
 --                                       content = "Hi"}}, system = "Be brief.", temperature = 0,
 --                                       max_tokens = 200, stop = {"\n\n"}, timeout = 60,
---                                       retries = 5, backoff = 0.5}
+--                                       retries = 5, backoff = 0.5,
+--                                       reasoning_effort = "low"}   -- for a reasoning model
 --   -- res = {text, finish_reason ("stop", "length", ...), model, usage = {input_tokens,
 --   --        output_tokens}, cost, attempts}
 --   -- a failed call gives nil, err with err = {kind, status, message, retry_after, attempts}
@@ -25,7 +26,9 @@
 local core = require "rlm.core.llm"
 local async = require "rlm.async"
 local budget = require "rlm.budget"
+local pacer_of = require("rlm.pacer").of
 local secrets = require "rlm.secrets"
+local sys = require "rlm.sys"
 
 local M = {}
 
@@ -38,7 +41,8 @@ M.max_tokens = 4096      -- sent only where the wire format requires a limit (An
 --- Providers by name (rlm.providers: wire, base URL, key variable, ...); add your own here.
 M.providers = require "rlm.providers"
 
-local WIRE_PATHS = {openai = "/chat/completions", anthropic = "/v1/messages"}
+local WIRE_PATHS = {openai = "/chat/completions", anthropic = "/v1/messages",
+                    responses = "/responses"}
 
 local function env(name)
   local v = name and os.getenv(name)
@@ -95,8 +99,35 @@ local function find_endpoint(req, level)
       entry.key_env or "the provider's key variable")
   end
   local base = req.base_url or env(entry.base_url_env) or entry.base_url
-  return {entry = entry, label = label, name = name, key = key,
-          url = base:gsub("/+$", "") .. (entry.path or WIRE_PATHS[entry.wire])}
+  -- the model's own wire, when the provider serves it on another (entry.wires)
+  local wire = entry.wires and budget.lookup(entry.wires, name) or entry.wire
+  local path = wire == entry.wire and entry.path or WIRE_PATHS[wire]
+  return {entry = entry, label = label, name = name, key = key, wire = wire,
+          url = base:gsub("/+$", "") .. path}
+end
+
+-- What a thinking budget leaves under max_tokens for the answer after it, at least.
+local ANSWER_ROOM = 1024
+
+-- req's extra with the fields that ask for reasoning_effort on the wire: OpenAI's
+-- reasoning_effort (reasoning.effort on the Responses API), or an Anthropic thinking budget of
+-- reasoning_tokens[effort] (at least 1,024 tokens as the API requires, under max_tokens with
+-- ANSWER_ROOM kept; none when that leaves too little).
+local function with_reasoning(wire, effort, extra, max_tokens, level)
+  local tokens = M.reasoning_tokens[effort]
+  if not tokens then
+    error(("reasoning_effort must be minimal, low, medium or high, not %s"):format(
+      tostring(effort)), level + 1)
+  end
+  extra = merged(extra or {}, {})
+  if wire == "responses" then
+    extra.reasoning = {effort = effort}
+  elseif wire ~= "anthropic" then
+    extra.reasoning_effort = effort
+  elseif max_tokens - ANSWER_ROOM >= M.reasoning_tokens.minimal then
+    extra.thinking = {type = "enabled", budget_tokens = math.min(tokens, max_tokens - ANSWER_ROOM)}
+  end
+  return extra
 end
 
 -- The endpoint of req; raises when it cannot be had (a missing key included).
@@ -124,15 +155,21 @@ local function prepare(req, level, ep)
   if on_delta ~= nil and type(on_delta) ~= "function" then
     error("llm request field 'on_delta' must be a function", level)
   end
-  local wire = entry.wire
+  local wire = ep.wire
+  local max_tokens = req.max_tokens or (wire == "anthropic" and M.max_tokens or nil)
+  local plain_extra = merged(entry.extra, req.extra)
+  local extra = plain_extra
+  if req.reasoning_effort ~= nil then
+    extra = with_reasoning(wire, req.reasoning_effort, extra, max_tokens, level)
+  end
   return {
+    effort = req.reasoning_effort, plain_extra = plain_extra,   -- for batch_prompts; C ignores them
     wire = wire, url = ep.url, key = ep.key,
     name = ep.label, model = ep.name, messages = messages, prompt = prompt, system = req.system,
     temperature = req.temperature, stop = req.stop,
-    max_tokens = req.max_tokens or (wire == "anthropic" and M.max_tokens or nil),
-    max_tokens_field = entry.max_tokens_field,
+    max_tokens = max_tokens, max_tokens_field = entry.max_tokens_field,
     stream = on_delta ~= nil or req.stream == true,
-    extra = merged(entry.extra, req.extra), headers = merged(entry.headers, req.headers),
+    extra = extra, headers = merged(entry.headers, req.headers),
     timeout = req.timeout or M.timeout, retries = req.retries or M.retries,
     backoff = req.backoff or M.backoff,
   }, ep.label, on_delta
@@ -205,6 +242,58 @@ M.context_windows = {
 --- The context window of a label (`extra` first), or nil when unknown.
 function M.context_window(label, extra)
   return extra and budget.lookup(extra, label) or budget.lookup(M.context_windows, label)
+end
+
+--- Output limits in tokens (the most one answer may hold, reasoning included), by
+-- "provider/model", from the providers' model pages; a dated version takes its model's entry.
+-- Add or correct entries here or per run (rlm.run's output_limits).
+M.output_limits = {
+  ["openai/gpt-4o"] = 16384, ["openai/gpt-4o-mini"] = 16384, ["openai/gpt-4.1"] = 32768,
+  ["openai/gpt-5"] = 128000, ["openai/o1"] = 100000, ["openai/o1-mini"] = 65536,
+  ["openai/o3"] = 100000, ["openai/o4-mini"] = 100000,
+  ["anthropic/claude-sonnet-4-5"] = 64000, ["anthropic/claude-sonnet-4"] = 64000,
+  ["anthropic/claude-3-7-sonnet"] = 64000, ["anthropic/claude-haiku-4-5"] = 64000,
+  ["anthropic/claude-opus-4-5"] = 64000, ["anthropic/claude-opus-4-1"] = 32000,
+  ["anthropic/claude-opus-4"] = 32000,
+  ["anthropic/claude-3-5-haiku"] = 8192, ["anthropic/claude-3-5-sonnet"] = 8192,
+  ["deepseek/deepseek-chat"] = 8192,
+}
+
+--- The output limit of a label (`extra` first), or nil when unknown.
+function M.output_limit(label, extra)
+  return extra and budget.lookup(extra, label) or budget.lookup(M.output_limits, label)
+end
+
+--- Models that reason before they answer, their reasoning counted in their output and set by
+-- reasoning_effort (OpenAI's o-series and gpt-5); false where a name that starts the same
+-- does not. Add local reasoning servers that take reasoning_effort here. Anthropic's models
+-- reason when a request asks them to (reasoning_effort becomes a thinking budget).
+M.reasoning_models = {["openai/o1"] = true, ["openai/o1-mini"] = false, ["openai/o3"] = true,
+                      ["openai/o4"] = true, ["openai/gpt-5"] = true, ["openai/gpt-5-chat"] = false}
+
+--- The tokens of reasoning each effort may take before the answer: Anthropic's thinking budget,
+-- and the room a reasoning model's cap keeps for it above the answer.
+M.reasoning_tokens = {minimal = 1024, low = 4096, medium = 16384, high = 32768}
+
+--- Whether a request to label can take reasoning_effort: a reasoning model, or any model on
+-- the Anthropic wire.
+function M.reasons(label)
+  local entry = M.resolve(label, 2)
+  return entry.wire == "anthropic" or budget.lookup(M.reasoning_models, label) == true
+end
+
+--- The output cap of one call to label whose answer may need `visible` tokens (nil: as many
+-- as the model allows): a reasoning model's cap keeps room for its reasoning above them
+-- (reasoning_tokens[effort], "medium" by default), and no cap passes the model's limit
+-- (limits: a table over output_limits). nil when neither is known.
+function M.output_cap(label, visible, effort, limits)
+  local limit = M.output_limit(label, limits)
+  local cap = visible or limit
+  if cap and visible and (effort or budget.lookup(M.reasoning_models, label) == true) then
+    cap = cap + M.reasoning_tokens[effort or "medium"]
+  end
+  if cap and limit then cap = math.min(cap, limit) end
+  return cap
 end
 
 --- The "provider/model" label of a model string. Raises for an unknown provider.
@@ -288,14 +377,12 @@ end
 -- then are in the two lists, and the calls still running are cancelled. A request C refuses
 -- fails its slot (kind "misuse"); what on_delta raised is that request's error (kind "lua").
 -- After SIGINT/SIGTERM C starts no call, and the batch raises the interrupt.
-local function run_tasks(creqs, concurrency)
+local function run_tasks(creqs, concurrency, on_result)
   local results, errs, live = {}, {}, {}
-  local ok, slots = pcall(async.map, creqs, function(p, n)
+  -- One attempt of request p: its result, or nil, err.
+  local function attempt(p, n)
     local started, call = pcall(core.start, p)
-    if not started then
-      errs[n] = unsent(call)
-      return
-    end
+    if not started then return nil, unsent(call) end
     local _ <close> = call
     live[n] = call
     local id, on_delta = call:id(), p.on_delta
@@ -306,7 +393,28 @@ local function run_tasks(creqs, concurrency)
     until call:done()
     async.forget(id)
     live[n] = nil
-    results[n], errs[n] = call:result()
+    return call:result()
+  end
+  local ok, slots = pcall(async.map, creqs, function(p, n)
+    -- A 429 comes back here rather than being retried in C: the provider's width narrows and
+    -- the call goes again after the wait asked for, within its own deadline.
+    local pacer, deadline, tries = pacer_of(p.name), sys.now() + p.timeout, 0
+    p.hand_back_429 = 1
+    while true do
+      pacer:acquire()
+      local res, err = attempt(p, n)
+      local throttled = err and err.status == 429
+      pacer:release(throttled)
+      tries = tries + 1
+      local wait = throttled and (err.retry_after or p.backoff * 2 ^ math.min(tries - 1, 5))
+      if not throttled or sys.now() + wait >= deadline then
+        results[n], errs[n] = res, err
+        if on_result then on_result(n, res, err) end
+        return
+      end
+      async.sleep(wait)
+      p.timeout = deadline - sys.now()
+    end
   end, concurrency)
   for _, call in pairs(live) do call:cancel() end
   if not ok then return results, errs, slots end
@@ -343,8 +451,10 @@ end
 -- Runs the prepared requests creqs and puts each result, or failed item, into out at its
 -- slot; the usage is counted once per label. When the batch is stopped (an interrupt), the
 -- calls that finished are counted and it raises again.
-local function run_prepared(creqs, slots, out, concurrency)
-  local results, errs, raised = run_tasks(creqs, concurrency)
+local function run_prepared(creqs, slots, out, concurrency, on_result)
+  local results, errs, raised = run_tasks(creqs, concurrency, on_result and function(n, res, err)
+    on_result(slots[n], res or async.failure(err))
+  end)
   local prices, sums = {}, {}   -- by label, each looked up or made once (price false: none)
   for n, i in ipairs(slots) do
     local creq, res, err = creqs[n], results[n], errs[n]
@@ -388,8 +498,10 @@ end
 --- The same request once for each prompt, as one batch (what a sandbox's llm_query_batched
 -- sends): req as complete takes it, its prompt or messages left out, with prompts[i] as call
 -- i's prompt and, when opts.max_tokens (a list) has an entry, opts.max_tokens[i] as its output
--- cap. opts.concurrency as for batch. Returns what batch returns; a req that cannot be sent
--- fails every slot (kind "misuse"). Cheaper than batch: one request is prepared, not one each.
+-- cap. opts.concurrency as for batch; opts.on_result(i, result) is called as each call ends (a
+-- result or a failed item, as in the list returned; it must not raise). Returns what batch
+-- returns; a req that cannot be sent fails every slot (kind "misuse"). Cheaper than batch: one
+-- request is prepared, not one each.
 function M.batch_prompts(req, prompts, opts)
   if type(prompts) ~= "table" then error("llm.batch_prompts takes a list of prompts", 2) end
   local concurrency = batch_concurrency(opts, 2)
@@ -402,9 +514,13 @@ function M.batch_prompts(req, prompts, opts)
   base.messages, base.on_delta = nil, on_delta
   local shared, caps = {__index = base}, opts and opts.max_tokens
   for i, prompt in ipairs(prompts) do
-    creqs[i], slots[i] = setmetatable({prompt = prompt, max_tokens = caps and caps[i]}, shared), i
+    local cap = caps and caps[i]
+    creqs[i], slots[i] = setmetatable({prompt = prompt, max_tokens = cap}, shared), i
+    if cap and base.effort then   -- a thinking budget must fit under this call's own cap
+      creqs[i].extra = with_reasoning(base.wire, base.effort, base.plain_extra, cap, 1)
+    end
   end
-  return run_prepared(creqs, slots, out, concurrency)
+  return run_prepared(creqs, slots, out, concurrency, opts and opts.on_result)
 end
 
 return M

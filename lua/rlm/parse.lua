@@ -7,17 +7,19 @@ local CODE_LANGS = {repl = true, python = true, python3 = true, py = true, py3 =
 
 -- Each fenced block, in order: {lang =, code =, closed =, from =, to =} (from, to: the bytes
 -- it spans, fences included). A fence may be indented (a block inside a numbered list): its
--- lines lose that indentation, and its closing fence may carry it.
+-- lines lose that indentation, and its closing fence may carry it. As in CommonMark, a fence
+-- of more than three backticks closes only with as many or more: models fence code that
+-- holds a ``` line (a string of Markdown) with four.
 local function fenced(text)
   local blocks, pos = {}, 1
   while true do
-    local s, e, lang = text:find("```([%w_+-]*)[ \t]*\n", pos)
+    local s, e, ticks, lang = text:find("(```+)([%w_+-]*)[ \t]*\n", pos)
     if not s then break end
     local line_start = s
     while line_start > 1 and text:byte(line_start - 1) ~= 10 do line_start = line_start - 1 end
     local indent = text:sub(line_start, s - 1)
     if indent:find("[^ \t]") then indent = "" end   -- a fence after text on its line
-    local close_s, close_e = text:find("\n[ \t]*```[ \t]*\n", e)
+    local close_s, close_e = text:find("\n[ \t]*" .. ticks .. "`*[ \t]*\n", e)
     local body = close_s and text:sub(e + 1, close_s - 1) or text:sub(e + 1, -2)
     if #indent > 0 then
       body = ("\n" .. body):gsub("\n" .. indent:gsub("%p", "%%%0"), "\n"):sub(2)

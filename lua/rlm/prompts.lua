@@ -22,22 +22,29 @@ block. Variables, imports and functions persist from block to block.
 
 In the REPL you have:
 - context: the input.
-- llm_query(prompt, model=None) -> str: ask a language model about text you pass in the prompt
-  (up to about {{sub_capacity}} characters per call). Use it for meaning, never for counting.
+- llm_query(prompt, model=None, images=None) -> str: ask a language model about text you pass in
+  the prompt (up to about {{sub_capacity}} characters per call; images: image files, bytes or
+  URLs, for a model that reads images). Use it for meaning, never for counting.
 - llm_query_batched(prompts, model=None) -> list[str]: many llm_query calls at once, results in
   the same order. Far faster than calling llm_query in a loop.
+- llm_query_batched_iter(prompts, model=None): the same batch, yielding (index, answer) as each
+  answer arrives: `for i, answer in llm_query_batched_iter(prompts):` works on the first
+  answers while the rest are still coming.
 - rlm_query(task, context) -> str: give a sub-task and its own input to a helper that works the
   way you do, in its own REPL.
+- rlm_query_batched(tasks, contexts) -> list[str]: many rlm_query helpers at once, results in order.
 - budget() -> dict: what remains to spend (calls, tokens, cost, seconds, depth; None means no
-  limit). A call the budget cannot afford is not made: llm_query raises RuntimeError("max_...:
-  why"), and in a batch that item is the string "[ERROR] max_...: why".
+  limit).
+- A sub-call that fails, for any cause (a budget limit, a prompt too big, a timeout, an HTTP
+  error, a refusal), is "cause: why": llm_query and rlm_query raise RuntimeError("cause: why");
+  in llm_query_batched that item is the string "[ERROR] cause: why" and the others are answers.
 - add_buffer(name, value), get_buffer(name), clear_buffer(name): named lists kept across blocks.
 - SUBMIT({{submit_signature}}): finish, with these output fields.
 - print(...): the only way to see a value. Output past {{max_output_chars}} characters is cut
   in the middle.
 - Python's standard library. Other packages (numpy, pandas, ...) only if installed: check
   with importlib.util.find_spec before you rely on one.
-
+{{tools}}
 Work like this:
 1. Look before you decide: print the type, the size and a sample of `context`.
 2. Take small steps, one block per reply, and check each result before building on it.
@@ -45,10 +52,8 @@ Work like this:
    judgement over chunks of text, keeping each prompt well under the limit above.
 4. You have {{max_iterations}} replies and {{max_llm_calls}} sub-model calls in all: batch your
    calls and aggregate their answers in Python.
-5. Finish with SUBMIT({{submit_signature}}) in a ```repl block, only after you have printed
-   and checked the values. (FINAL_VAR(variable_name) on a line of its own outside the code also
-   finishes; FINAL(text) there is taken only in a reply without code, once you have seen the
-   output it rests on.)]]
+5. Finish by calling SUBMIT({{submit_signature}}) in a ```repl block, only after you have
+   printed and checked the values. The block ends at that call.]]
 
 M.first = [[
 Task: {{task}}

@@ -5,11 +5,16 @@
 -- every request's headers and JSON body. prompt_cache: how the provider caches a prompt prefix
 -- that repeats (a run's turns): "key" (OpenAI caches by itself; prompt_cache_key keeps a run's
 -- requests on one cache) or "breakpoint" (Anthropic caches only where a request marks it).
+-- wires: the models of the provider that take another wire, by the start of their name: OpenAI
+-- serves some models only on its Responses API ("responses").
 -- A leaf module: rlm.secrets reads the key variables here without loading rlm.llm.
 return {
   openai = {wire = "openai", base_url = "https://api.openai.com/v1",
             base_url_env = "OPENAI_BASE_URL", key_env = "OPENAI_API_KEY",
-            max_tokens_field = "max_completion_tokens", prompt_cache = "key"},
+            max_tokens_field = "max_completion_tokens", prompt_cache = "key",
+            wires = {["o1-pro"] = "responses", ["o3-pro"] = "responses",
+                     ["o3-deep-research"] = "responses", ["o4-mini-deep-research"] = "responses",
+                     ["gpt-5-pro"] = "responses", ["codex-mini"] = "responses"}},
   anthropic = {wire = "anthropic", base_url = "https://api.anthropic.com",
                base_url_env = "ANTHROPIC_BASE_URL", key_env = "ANTHROPIC_API_KEY",
                prompt_cache = "breakpoint"},

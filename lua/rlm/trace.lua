@@ -17,17 +17,30 @@ end
 local Writer = {}
 Writer.__index = Writer
 
+-- A file to append to that ends mid-record (a crash while it was written) is first replaced
+-- whole by its complete records (a new file renamed over it): records appended after a cut line
+-- would be glued to it, and a file is never cut in place.
+local function drop_cut_record(path)
+  local data = sys.read_file(path)
+  if not data or data == "" or data:sub(-1) == "\n" then return end
+  local whole = data:match("^(.*\n)") or ""
+  local ok, err = sys.write_file(path, whole)
+  if not ok then error("cannot write the trajectory: " .. tostring(err), 0) end
+end
+
 --- A trajectory sink: records are kept in memory (for the result) and, with a path, written
 -- to that file, one JSON object per line (append: added after what the file holds, as a
--- resumed run does); sink(record), when given, gets each record as it is written.
+-- resumed run does); sink(record), when given, gets each record as it is written. Every write
+-- is checked: one that fails (a full disk) raises, so a run never goes on with a cut record.
 function M.writer(path, append, sink)
   local f
   if path then
+    if append then drop_cut_record(path) end
     local err
     f, err = io.open(path, append and "a" or "w")
     if not f then error("cannot write the trace file: " .. err, 0) end
   end
-  return setmetatable({file = f, records = {}, sink = sink}, Writer)
+  return setmetatable({file = f, path = path, records = {}, sink = sink}, Writer)
 end
 
 function Writer:write(record)
@@ -38,11 +51,14 @@ function Writer:write(record)
   record.t = record.t or sys.time()
   self.records[#self.records + 1] = record
   if self.file then
-    self.file:write(json.encode(record), "\n")
-    self.file:flush()
+    local ok, err = self.file:write(json.encode(record), "\n")
+    if ok then ok, err = self.file:flush() end
+    if not ok then
+      error(("cannot write the trajectory %s: %s"):format(self.path, tostring(err)), 0)
+    end
   end
   -- the same stream, live, for a watcher (rlm ask --events)
-  if self.sink then pcall(self.sink, record) end
+  if self.sink then self.sink(record) end
   return record
 end
 

@@ -6,50 +6,9 @@ local sys = require "rlm.sys"
 
 local tests = {}
 
--- A server whose every answer is an endless body: chunked, or with a huge Content-Length.
-local ENDLESS = [[
-import socket, sys, threading
-srv = socket.socket()
-srv.bind(("127.0.0.1", 0))
-srv.listen(16)
-print("READY http://127.0.0.1:%d" % srv.getsockname()[1], flush=True)
-piece = b"x" * 65536
-def serve(conn):
-    try:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            more = conn.recv(65536)
-            if not more:
-                return
-            data += more
-        head, _, rest = data.partition(b"\r\n\r\n")
-        length = [l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")]
-        need = int(length[0].split(b":")[1]) if length else 0
-        while len(rest) < need:
-            rest += conn.recv(65536)
-        if b"/sized" in head.split(b"\r\n")[0]:
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: 10000000000\r\n\r\n")
-            while True:
-                conn.sendall(piece)
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                     b"Transfer-Encoding: chunked\r\n\r\n")
-        chunk = b"%x\r\n" % len(piece) + piece + b"\r\n"
-        while True:
-            conn.sendall(chunk)
-    except OSError:
-        pass
-    finally:
-        conn.close()
-while True:
-    c, _ = srv.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
-]]
-
+-- tests/standins/endless: every answer an endless body, chunked or with a huge Content-Length.
 local function endless_server()
-  local path = T.tmpdir() .. "/endless.py"
-  assert(sys.write_file(path, ENDLESS))
-  return T.server{"/usr/bin/python3", path}
+  return T.server{"tests/standins/endless"}
 end
 
 -- Runs a Lua script in its own rlm process; returns its output lines and peak memory (kB).

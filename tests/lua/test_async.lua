@@ -102,6 +102,31 @@ tests["user coroutines inside tasks still work"] = function()
   T.eq(t:join(), 6)
 end
 
+tests["a semaphore hands several units at once, never part of them"] = function()
+  local sem = async.semaphore(4)
+  local held, peak, done = 0, 0, 0
+  local tasks = {}
+  for i = 1, 6 do
+    tasks[i] = async.spawn(function()
+      local k = i % 2 == 0 and 3 or 2
+      sem.acquire(k)
+      held = held + k
+      peak = math.max(peak, held)
+      async.sleep(0.01)
+      held = held - k
+      sem.release(k)
+      done = done + 1
+    end)
+  end
+  for _, t in ipairs(tasks) do t:join(30) end
+  T.eq(done, 6, "every task got its units")
+  T.truthy(peak <= 4 and peak >= 3, "units held at once: " .. peak)
+  sem.acquire(9)   -- more than there are: all of them
+  T.eq(sem.free, 0)
+  sem.release(9)
+  T.eq(sem.free, 4)
+end
+
 tests["semaphore caps concurrency"] = function()
   local sem = async.semaphore(2)
   local active, peak = 0, 0

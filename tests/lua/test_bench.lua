@@ -67,12 +67,15 @@ tests["rlm bench s-niah with the direct baseline: results, report, manifest; --r
   for line in assert(sys.read_file(out .. "/results.jsonl")):gmatch("[^\n]+") do
     local rec = assert(json.decode(line))
     T.eq(rec.score, 1, line:sub(1, 200))
+    T.truthy(rec.cache_read_tokens >= 0 and rec.cache_read_tokens <= rec.input_tokens,
+             "what was read from a prompt cache")
     lines = lines + 1
   end
   T.eq(lines, 8, "2 lengths x 2 queries x 2 methods")
   local md = assert(sys.read_file(out .. "/report.md"))
   T.contains(md, "| rlm | 512 | 100.0% |")
   T.contains(md, "| direct | 1024 | 100.0% |")
+  T.contains(md, "| input from cache | saved by caching per query |")
   T.contains(assert(sys.read_file(out .. "/report.html")), "<svg")
   local manifest = assert(json.decode(assert(sys.read_file(out .. "/manifest.json"))))
   T.eq(manifest.lengths, {512, 1024})

@@ -15,6 +15,7 @@ local function listed()
     local name = line:match("^  (%-?[%w-]+)")
     if name then
       if line:match("^  mcp deploy") then name = "mcp deploy" end
+      if line:match("^  trace export") then name = "trace export" end
       names[#names + 1] = name
     end
   end

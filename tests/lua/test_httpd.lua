@@ -92,6 +92,12 @@ tests["open paths skip the token for GET only; every other request still needs i
   T.eq(status("GET", "/mcp", {Authorization = "Bearer t0ken-s3cret"}), 200)
   T.eq(status("GET", "/health", {Host = "evil.example"}), 403)
   T.eq(seen, {"GET /health", "GET /mcp"})
+  -- X-Rlm-Token carries the same token where Authorization belongs to a proxy in front (a
+  -- Daytona preview tries any bearer token as a Daytona credential first)
+  T.eq(status("GET", "/mcp", {["X-Rlm-Token"] = "t0ken-s3cret"}), 200)
+  T.eq(status("GET", "/mcp", {["X-Rlm-Token"] = "wrong"}), 401)
+  T.eq(status("GET", "/mcp", {["X-Rlm-Token"] = "wrong", Authorization = "Bearer t0ken-s3cret"}), 401,
+       "a wrong token in either header is refused")
 end
 
 tests["a released request is answered 500; sending to a finished stream is refused"] = function()

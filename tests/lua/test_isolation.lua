@@ -76,7 +76,11 @@ print(json.dumps(res))]])
   T.eq(r.uid, 1000, "the code's own uid inside")
   local uid = host_uid(i:pid())
   T.truthy(uid ~= 0, "the sandbox's Python runs as host uid 0")
-  T.eq(uid, ROOT and 65534 or sys.getuid(), "the host uid of the sandbox")
+  if ROOT then
+    T.truthy(uid >= 0x70000000 and uid < 0x70000000 + 65536, "a uid of the sandboxes' range: " .. uid)
+  else
+    T.eq(uid, sys.getuid(), "the host uid of the sandbox")
+  end
 end
 
 tests["a sandbox uid of 0 is refused"] = function()
@@ -342,6 +346,99 @@ finally:
   -- shows only processes) can leave a few more. Root gives the sandbox a uid of its own.
   local slack = sys.getuid() == 0 and 0 or 8
   T.truthy(started and started <= 32 + slack, "processes started before the wall: " .. run.stdout)
+  -- and the wall is the limit, not a sandbox that can start nothing: bwrap, its init and the
+  -- driver (and its threads) count too, so a few fewer than 32
+  T.truthy(started >= 32 - 8, "processes started before the wall: " .. run.stdout)
+end
+
+-- A sandbox's files as another host user sees them: what `cat` run as uid 65534 reads.
+local function read_as_nobody(path)
+  return sys.run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", path},
+                 {timeout = 30})
+end
+
+tests["each sandbox of root's has a uid of its own, no other host user's"] = function()
+  if not ROOT then T.skip("only root hands sandboxes uids of their own") end
+  local a, b = interp{}, interp{}
+  local ua = host_uid(assert(a:start():pid()))
+  local ub = host_uid(assert(b:start():pid()))
+  T.truthy(ua ~= ub, ("two sandboxes, one uid (%d)"):format(ua))
+  for _, u in ipairs{ua, ub} do
+    T.truthy(u ~= 0 and u ~= 65534 and u >= 1000, "a sandbox runs as uid " .. u)
+  end
+  -- a root-only file staged as context, and a file the code wrote: host `nobody` reads neither
+  local dir = T.tmpdir()
+  assert(sys.write_file(dir .. "/secret.txt", "root only"))
+  assert(sys.chmod(dir .. "/secret.txt", tonumber("600", 8)))
+  local c = interp{context_paths = {dir .. "/secret.txt"}}
+  probe(c, "open('mine.txt', 'w').write('written inside')\nprint(open('context/secret.txt').read())")
+  for _, name in ipairs{"context/secret.txt", "mine.txt"} do
+    local path = c.sandbox.workspace .. "/" .. name
+    T.eq(sys.read_file(path) ~= nil, true, "the file is there: " .. path)
+    local r = read_as_nobody(path)
+    T.truthy(r and r.code ~= 0 and r.stdout == "", "host uid 65534 read " .. name)
+  end
+end
+
+-- A second root-run rlm: its sandbox runs a fork bomb and holds its processes at the wall.
+local HOLDER = [[
+local rlm = require "rlm"
+local i = rlm.interpreter{limits = {processes = 64}, timeout = 300}
+local _, run = i:execute([=[
+import subprocess
+procs = []
+try:
+    while True:
+        procs.append(subprocess.Popen(["sleep", "300"]))
+except OSError:
+    pass
+print(len(procs))]=])
+io.stderr:write("bomb holds " .. run.stdout)
+print("READY http://127.0.0.1:1")
+io.stdout:flush()
+pcall(require("rlm.sys").sleep, 300)   -- until the test stops it
+]]
+
+tests["a TMPDIR or volume store another user can write is refused, and nothing is handed over"] = function()
+  if not ROOT then T.skip("only root hands folders to another uid") end
+  local theirs = T.tmpdir() .. "/theirs"
+  assert(sys.mkdir_p(theirs))
+  assert(sys.chmod(theirs, tonumber("755", 8)))
+  T.eq(sys.run({"chown", "65534:65534", theirs}).code, 0)
+  local saved = {TMPDIR = sys.getenv("TMPDIR"), XDG_DATA_HOME = sys.getenv("XDG_DATA_HOME")}
+  T.defer(function() for k, v in pairs(saved) do sys.setenv(k, v) end end)
+  local function refused(opts, needle)
+    local ok, err = pcall(function()
+      local i <close> = rlm.interpreter(opts)
+      i:start()
+    end)
+    T.eq(ok, false, "a sandbox started under " .. theirs)
+    T.contains(err, needle)
+    T.contains(err, "belongs to uid 65534")
+    T.truthy(not tostring(err):find("\n"), "one line: " .. tostring(err))
+  end
+  sys.setenv("TMPDIR", theirs)
+  refused({}, "TMPDIR")
+  sys.setenv("TMPDIR", saved.TMPDIR)
+  sys.setenv("XDG_DATA_HOME", theirs)
+  refused({volume_name = "planted"}, "XDG_DATA_HOME")
+  T.eq(sys.list_dir(theirs), {}, "nothing made or handed over there")
+end
+
+tests["a fork bomb at its wall in one rlm stops no sandbox of another"] = function()
+  if not ROOT then T.skip("as an ordinary user, every sandbox is the user's own uid") end
+  local holder = T.server({T.rlm, "run", T.lua_script(HOLDER)}, 120)
+  T.truthy(holder.url, "the bomb holds its processes")
+  local failures = {}
+  for k = 1, 20 do
+    local ok, err = pcall(function()
+      local i <close> = rlm.interpreter{limits = {processes = 64}}
+      local out = i:execute("SUBMIT(answer=1)")
+      assert(out and out.answer == 1, "no answer")
+    end)
+    if not ok then failures[#failures + 1] = k .. ": " .. tostring(err) end
+  end
+  T.eq(failures, {}, "sandboxes that failed to start beside the bomb")
 end
 
 tests["open files and file size stop at their limits"] = function()

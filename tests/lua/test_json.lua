@@ -246,4 +246,16 @@ sys.stdout.write(json.dumps(v))
   T.eq(json.encode(back, {sort_keys = true}), json.encode(value, {sort_keys = true}))
 end
 
+tests["utf8_count counts as utf8.len does, and refuses what it refuses"] = function()
+  local cases = {"", "plain ascii text", "caf\u{e9} \u{20ac} \u{1F600}", ("a"):rep(7) .. "\u{e9}",
+                 ("\u{e9}"):rep(9) .. ("b"):rep(17), "\xff", "ab\xc3", "\xc0\xaf", "\xed\xa0\x80",
+                 "\xf4\x90\x80\x80", ("x"):rep(16) .. "\x80" .. ("y"):rep(16), "\xe2\x82"}
+  local valid = 0
+  for _, s in ipairs(cases) do
+    T.eq(json.utf8_count(s), utf8.len(s) or nil, ("%q"):format(s))
+    if utf8.len(s) then valid = valid + 1 end
+  end
+  T.eq(valid, 5)
+end
+
 return tests

@@ -165,6 +165,48 @@ tests["stop sequences and the token limit end answers, streamed or not"] = funct
   end
 end
 
+tests["a refusal is finish_reason refusal on both wires, streamed or not"] = function()
+  local why = "I can't help with \"that\"."
+  local s = standin{script = {rules = {{match = "refuse", refusal = why}}}}
+  for _, model in ipairs(MODELS) do
+    for _, stream in ipairs{false, true} do
+      local on_delta = stream and function() end or nil
+      local res = assert(llm.complete(s.req(model, {prompt = "refuse", on_delta = on_delta})))
+      T.eq(res.finish_reason, "refusal", model)
+      if model:match("^openai") then   -- the text comes as message.refusal, content null
+        T.eq({res.text, res.refusal}, {"", why}, model)
+      else                              -- the text is content, stop_reason "refusal"
+        T.eq({res.text, res.refusal}, {why, nil}, model)
+      end
+    end
+  end
+end
+
+tests["a model served on the Responses API: text, limit, refusal, usage, streamed or not"] = function()
+  local s = standin{script = {rules = {{match = "refuse", refusal = "No."},
+                                       {match = "count", reply = "one two three four"}}}}
+  local model = "openai/o3-pro"   -- providers.openai.wires sends it to /v1/responses
+  for _, stream in ipairs{false, true} do
+    local on_delta = stream and function() end or nil
+    local res = assert(llm.complete(s.req(model, {system = "Be brief.", on_delta = on_delta,
+      messages = {{role = "user", content = "count"}}, reasoning_effort = "high"})))
+    T.eq({res.text, res.finish_reason, res.model}, {"one two three four", "stop", "o3-pro"})
+    T.eq(res.usage, usage(4, 5))
+    local st = s.stats()
+    T.eq(st.paths["/v1/responses"] ~= nil, true)
+    local body = st.last_body
+    T.eq({body.instructions, body.input, body.reasoning, body.messages},
+         {"Be brief.", {{role = "user", content = "count"}}, {effort = "high"}, nil})
+    res = assert(llm.complete(s.req(model, {prompt = "count", max_tokens = 2, on_delta = on_delta})))
+    T.eq({res.text, res.finish_reason}, {"one two ", "length"})
+    T.eq(s.stats().last_body.max_output_tokens, 2)
+    res = assert(llm.complete(s.req(model, {prompt = "refuse", on_delta = on_delta})))
+    T.eq({res.text, res.finish_reason, res.refusal}, {"", "refusal", "No."})
+  end
+  T.raises(function() llm.complete(s.req(model, {prompt = "x", stop = "y"})) end,
+           "the Responses API takes no stop sequences")
+end
+
 tests["streaming delivers the text in deltas, with usage, for both providers"] = function()
   local reply = ("The quick brown fox jumps over the lazy dog. "):rep(20)
   local s = standin{script = {rules = {{match = "fox", reply = reply}}}}

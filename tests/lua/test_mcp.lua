@@ -315,6 +315,9 @@ tests["stdio: rlm_execute runs the loop against the LLM stand-in, with progress"
   T.eq(r.result.content[1].text, "6")
   T.eq(r.result.structuredContent.fields.answer, "6")
   T.eq(r.result.structuredContent.iterations, 1)
+  local estimate = r.result.structuredContent.estimate
+  T.truthy(estimate.first_call.prompt_tokens > 100, "what the run would cost, made before it")
+  T.eq(estimate.models[1].model, "openai/root-model")
   T.eq(#notes, 2, "a progress notification and a log line per turn")
   T.eq(notes[1].params.progress, 1)
   T.eq(notes[2].method, "notifications/message")
@@ -327,6 +330,21 @@ tests["stdio: rlm_execute runs the loop against the LLM stand-in, with progress"
   T.truthy(status.usage.total_tokens > 0, "tokens are counted")
   r = s.tool(3, "rlm_analyze", {data = "a,b\n1,2\n", question = "How many rows?"})
   T.eq(r.result.content[1].text, "8")
+end
+
+tests["stdio: rlm_status counts what was read from prompt caches"] = function()
+  local server = F.model{rules = {
+    {match = "Turn 3 of", reply = F.code("SUBMIT(answer='ok')")},
+    {match = ".", reply = F.code("print('y' * 5000)")},
+  }}
+  local s = stdio_server({"--model", "openai/gpt-4.1-mini"})
+  T.eq(s.tool(1, "rlm_execute", {task = "show"}).result.content[1].text, "ok")
+  local read = F.stats(server).billed["gpt-4.1-mini"].cache_read
+  T.truthy(read > 0, "the stand-in cached a prefix")
+  local r = s.tool(2, "rlm_status").result
+  T.eq(r.structuredContent.usage.cache_read_tokens, read)
+  T.truthy(r.structuredContent.usage.prompt_cache_saved > 0)
+  T.contains(r.content[1].text, ("cache %d read, 0 written, saved $"):format(read))
 end
 
 tests["stdio: rlm_code and rlm_decompose drive their runs"] = function()
@@ -349,6 +367,18 @@ tests["stdio: rlm_code and rlm_decompose drive their runs"] = function()
   T.eq(r.result.structuredContent.subtasks, {{task = "Say A", answer = "A"}, {task = "Say B", answer = "B"}})
   T.truthy(#notes >= 3, "progress for the plan and each sub-task")
   T.eq(s.tool(3, "rlm_status").result.structuredContent.usage.runs, 5)
+end
+
+tests["stdio: the rlm_* tools pass reasoning_effort to the run"] = function()
+  F.model{rules = {{match = "Task:", reply_expr =
+    "'```repl\\nSUBMIT(answer=%r)\\n```\\n' % (body.get('reasoning_effort'),)"}}}
+  local s = stdio_server({"--model", "openai/o3"})
+  local r = s.tool(1, "rlm_execute", {task = "effort?", context = "x", reasoning_effort = "low"})
+  T.eq(r.result.content[1].text, "low")
+  r = s.tool(2, "rlm_analyze", {data = "x", question = "effort?", reasoning_effort = "high"})
+  T.eq(r.result.content[1].text, "high")
+  r = s.tool(3, "rlm_execute", {task = "effort?", context = "x"})
+  T.eq(r.result.content[1].text, "null", "the model's own without the argument")
 end
 
 tests["stdio: a cancelled rlm_execute stops the run's sandbox"] = function()
@@ -568,6 +598,50 @@ tests["2025-03-26 sessions take JSON-RPC batches, over stdio and HTTP"] = functi
   T.eq(res.status, 200)
   T.eq(#json.decode(res.body), 2)
   T.eq(post(url, '[{"jsonrpc":"2.0","method":"notifications/initialized"}]', h).status, 202)
+end
+
+tests["stdio: a 2.5 MB SUBMIT arrives, its payload sent once"] = function()
+  local s = stdio_server()
+  s.send{jsonrpc = "2.0", id = 1, method = "tools/call", params = {name = "sandbox_exec_stateful",
+         arguments = {code = "SUBMIT(answer='x' * (2500 * 1000))"}}}
+  local r = s.reply(1, 120)
+  T.eq(r.result.isError, nil)
+  T.truthy(r.result.content[1].text:find(string.rep("x", 2500 * 1000), 1, true), "the answer is in the text")
+  T.eq(r.result.structuredContent.submitted, nil)
+  T.eq(r.result.structuredContent.omitted, {"submitted"})
+  local size = #json.encode(r)
+  T.truthy(size > 2500 * 1000 and size < 2 * 2500 * 1000, "sent once: " .. size .. " bytes")
+end
+
+-- Reads path from the session's sandbox with sandbox_download, part after part.
+local function download_all(s, path, first_id)
+  local parts, offset, id = {}, 0, first_id
+  repeat
+    s.send{jsonrpc = "2.0", id = id, method = "tools/call", params = {name = "sandbox_download",
+           arguments = {path = path, offset = offset, encoding = "utf-8"}}}
+    local r = s.reply(id, 120).result
+    T.eq(r.isError, nil, r.content[1].text:sub(1, 200))
+    parts[#parts + 1] = r.content[1].text
+    offset, id = r.structuredContent.next_offset, id + 1
+  until not offset
+  return table.concat(parts), id - first_id
+end
+
+tests["stdio: a 20 MB rlm_execute answer is kept as a file and read in parts"] = function()
+  F.model(answer_script("SUBMIT(answer='y' * (20 * 1024 * 1024))"))
+  local s = stdio_server()
+  s.send{jsonrpc = "2.0", id = 1, method = "tools/call", params = {name = "rlm_execute",
+         arguments = {task = "Say y many times."}}}
+  local r = s.reply(1, 300).result
+  T.eq(r.isError, nil, r.content[1].text:sub(1, 300))
+  local st = r.structuredContent
+  T.eq(st.saved_bytes, 20 * 1024 * 1024)
+  T.eq(st.reason, "submitted")
+  T.contains(r.content[1].text, st.saved_to)
+  local all, parts = download_all(s, st.saved_to, 2)
+  T.eq(#all, 20 * 1024 * 1024)
+  T.truthy(all == string.rep("y", 20 * 1024 * 1024), "the answer, whole")
+  T.truthy(parts >= 5, parts .. " parts")
 end
 
 return tests

@@ -42,10 +42,11 @@ local function get(url, headers)
   return assert(http.request{url = url, headers = headers, timeout = 30})
 end
 
+-- A request as a deployed client sends it: the headers of its printed configuration.
 local function rpc(info, session, msg, headers)
   local h = {["Content-Type"] = "application/json", Accept = "application/json",
-             Authorization = "Bearer " .. info.token, ["X-Daytona-Preview-Token"] = info.preview_token,
              ["Mcp-Session-Id"] = session}
+  for k, v in pairs(info.config.mcpServers.rlm.headers) do h[k] = v end
   for k, v in pairs(headers or {}) do h[k] = v or nil end
   return assert(http.request{url = info.url, method = "POST", headers = h, body = json.encode(msg),
                              timeout = 120})
@@ -79,13 +80,21 @@ tests["deploy: served through the preview URL with both tokens; stop, restart, d
   T.eq(#s:live(), 1, "one sandbox: the failed local try was deleted")
   T.truthy(info.url:find("/mcp$"), info.url)
   T.eq(#info.token, 48)
-  T.eq(info.config.mcpServers.rlm.headers.Authorization, "Bearer " .. info.token)
+  -- not Authorization: Daytona's proxy would try it as a Daytona credential, and count each
+  -- failure against the client (apps/proxy/pkg/proxy/auth.go)
+  T.eq(info.config.mcpServers.rlm.headers, {["X-Rlm-Token"] = info.token,
+                                            ["X-Daytona-Preview-Token"] = info.preview_token})
+  T.eq(info.preview_token_changed, false, "a new deployment")
 
-  -- the keys are the sandbox's environment, never its command line
+  -- the keys are a file only the sandbox's user reads: not the sandbox's env, which the API
+  -- shows anyone in the organisation, nor its command line
   local sb = json.decode(get(s.url .. "/api/sandbox/" .. info.sandbox_id,
                              {Authorization = "Bearer " .. D.KEY}).body)
-  T.eq(sb.env.OPENAI_API_KEY, OPENAI_KEY)
-  T.eq(sb.env.DAYTONA_API_KEY, D.KEY)
+  T.eq(sb.env, {}, "no key in the sandbox's env")
+  local mode = assert(http.request{url = s.url .. "/toolbox/" .. info.sandbox_id .. "/process/execute",
+    method = "POST", headers = {Authorization = "Bearer " .. D.KEY, ["Content-Type"] = "application/json"},
+    body = json.encode{command = "sh -c 'stat -c %a ~/.rlm/server.env; grep -c _API_KEY= ~/.rlm/server.env'"}})
+  T.eq(json.decode(mode.body).result, "600\n3\n", "the secrets file: its mode, and the three keys")
   local session = json.decode(get(s.url .. "/toolbox/" .. info.sandbox_id .. "/process/session/rlm-mcp",
                                   {Authorization = "Bearer " .. D.KEY}).body)
   for _, cmd in ipairs(session.commands) do
@@ -103,8 +112,8 @@ tests["deploy: served through the preview URL with both tokens; stop, restart, d
   T.eq(get(base .. "/health", {["X-Daytona-Preview-Token"] = "wrong"}).status, 307)
 
   -- MCP: both tokens needed
-  T.eq(rpc(info, nil, INIT, {Authorization = false}).status, 401)
-  T.eq(rpc(info, nil, INIT, {Authorization = "Bearer wrong"}).status, 401)
+  T.eq(rpc(info, nil, INIT, {["X-Rlm-Token"] = false}).status, 401)
+  T.eq(rpc(info, nil, INIT, {["X-Rlm-Token"] = "wrong"}).status, 401)
   T.eq(rpc(info, nil, INIT, {["X-Daytona-Preview-Token"] = false}).status, 307)
   local init = rpc(info, nil, INIT)
   T.eq(init.status, 200, init.body)
@@ -117,6 +126,7 @@ tests["deploy: served through the preview URL with both tokens; stop, restart, d
   local result = json.decode(call.body).result
   -- the code ran in a sandbox of its own, which holds no key
   T.eq(result.structuredContent.stdout, "42 []\n")
+  T.eq(s:stats().failed_auth, 0, "no client request was a failed Daytona login")
   T.truthy(#processes_with(s, ".rlm/bin/rlm") >= 1, "the deployed server runs below the stand-in")
 
   r = deploy(env, "--name", "team", "--status")
@@ -133,13 +143,22 @@ tests["deploy: served through the preview URL with both tokens; stop, restart, d
   T.eq(r.code, 1, "a stopped server is not healthy")
   T.contains(r.stdout, "stopped")
 
-  -- deploying again brings it back, with the same token (clients keep their configuration)
+  -- deploying again brings it back with the same server token, but Daytona gave the sandbox a
+  -- new preview token at its start (sandbox.service.ts, start): the new configuration is
+  -- printed, and said to be new
   r = deploy(env, "--name", "team", "--json")
   T.eq(r.code, 0, r.stdout .. r.stderr)
   local again = json.decode(r.stdout)
   T.eq(again.sandbox_id, info.sandbox_id)
   T.eq(again.token, info.token)
+  T.truthy(again.preview_token ~= info.preview_token, "a new preview token")
+  T.eq(again.preview_token_changed, true)
+  T.eq(rpc(info, nil, INIT).status, 307, "the old configuration no longer reaches it")
   T.eq(rpc(again, nil, INIT).status, 200)
+  r = deploy(env, "--name", "team")
+  T.eq(r.code, 0, r.stdout .. r.stderr)
+  T.contains(r.stdout, again.preview_token)
+  T.truthy(not r.stdout:find("changed", 1, true), "unchanged since the last deploy: " .. r.stdout)
 
   r = deploy(env, "--name", "team", "--delete")
   T.eq(r.code, 0, r.stderr)

@@ -1,7 +1,9 @@
 --- `rlm mcp --http` when many agents use it: sessions nobody ends, connections past the limit,
 -- sandboxes left idle.
 local T = require "support"
+local F = require "rlm_fixtures"
 local async = require "rlm.async"
+local common = require "rlm.backend.common"
 local http = require "rlm.http"
 local json = require "rlm.json"
 local sys = require "rlm.sys"
@@ -49,6 +51,11 @@ local function call(url, sid, name, args)
   local last
   for data in res.body:gmatch("data: ([^\n]*)\n") do last = data end
   return assert(json.decode(last or res.body)).result
+end
+
+-- How many sandboxes the server has now (asked on a session of its own).
+local function call_status(url)
+  return call(url, open_session(url), "rlm_status").structuredContent.sandboxes
 end
 
 local function text_of(result)
@@ -108,6 +115,142 @@ function()
   T.contains(text, "NameError")
   r = call(url, sid, "sandbox_exec_stateful", {code = "x = 1\nprint(x + 1)"})
   T.eq(r.structuredContent.stdout, "2\n")
+end
+
+-- Starts a sandbox_exec that runs for a minute on session sid, and returns once its sandbox is up
+-- (rlm_status from another session counts it), with the task that waits for its HTTP answer.
+local function long_call(url, sid)
+  local call = async.spawn(post, url, {jsonrpc = "2.0", id = 7, method = "tools/call", params = {
+    name = "sandbox_exec", arguments = {code = "import time\ntime.sleep(60)\nprint('finished')"}}}, sid)
+  local deadline = sys.now() + 60
+  repeat
+    async.sleep(0.1)
+    local live = call_status(url)
+  until live == 1 or sys.now() > deadline
+  return call
+end
+
+-- The JSON-RPC answer to request 7 in an HTTP response (a JSON body or an SSE stream).
+local function answer_to_7(res)
+  for data in res.body:gmatch("data: ([^\n]*)\n") do
+    local m = json.decode(data)
+    if m and m.id == 7 then return m end
+  end
+  local m = json.decode(res.body)
+  return m and m.id == 7 and m or nil
+end
+
+tests["a call in flight when its session ends is answered with an error"] = function()
+  local url = http_server()
+  local sid = open_session(url)
+  local started = sys.now()
+  local call = long_call(url, sid)
+  local res = assert(http.request{url = url, method = "DELETE", headers = headers(sid), retries = 0, timeout = 60})
+  T.eq(res.status, 200)
+  local answer = answer_to_7(call:join(60))
+  T.truthy(answer and answer.error, "an error reply, not silence")
+  T.contains(answer.error.message, "session ended")
+  T.truthy(sys.now() - started < 55, "answered before the code would have finished")
+end
+
+tests["a call in flight when the server stops is answered with an error"] = function()
+  local argv = {T.rlm, "mcp", "--http", "127.0.0.1:0"}
+  local proc = assert(sys.spawn{argv = argv, stdin = "null", stderr = "pipe"})
+  T.defer(function() proc:kill("KILL"); sys.wait(proc, 5); proc:close() end)
+  local url = assert(sys.read_line(proc, 30):match("^READY (http://127%.0%.0%.1:%d+)$")) .. "/mcp"
+  local call = long_call(url, open_session(url))
+  proc:kill("TERM")
+  local answer = answer_to_7(call:join(60))
+  T.truthy(answer and answer.error, "an error reply, not silence")
+  T.contains(answer.error.message, "shutting down")
+  T.truthy(sys.wait(proc, 30) ~= nil, "the server exits")
+end
+
+tests["a call in flight over stdio when the server stops is answered with an error"] = function()
+  local proc = assert(sys.spawn{argv = {T.rlm, "mcp"}, stdin = "pipe", stderr = "pipe"})
+  T.defer(function() proc:kill("KILL"); sys.wait(proc, 5); proc:close() end)
+  local function send(msg) assert(proc:write(json.encode(msg) .. "\n")) end
+  local function reply(id)
+    while true do
+      local line = assert(sys.read_line(proc, 60), "the server said nothing more")
+      local m = json.decode(line)
+      if m and m.id == id then return m end
+    end
+  end
+  send(INIT)
+  reply(0)
+  send{jsonrpc = "2.0", method = "notifications/initialized"}
+  send{jsonrpc = "2.0", id = 7, method = "tools/call", params = {name = "sandbox_exec",
+       arguments = {code = "import time\ntime.sleep(60)"}}}
+  local deadline = sys.now() + 60
+  local live
+  repeat
+    send{jsonrpc = "2.0", id = 8, method = "tools/call", params = {name = "rlm_status", arguments = json.object()}}
+    live = reply(8).result.structuredContent.sandboxes
+  until live == 1 or sys.now() > deadline
+  T.eq(live, 1, "the call's sandbox runs")
+  proc:kill("TERM")
+  local answer = reply(7)
+  T.truthy(answer.error, "an error reply, not silence")
+  T.contains(answer.error.message, "shutting down")
+end
+
+tests["a 20 MB file uploaded in parts over HTTP arrives whole"] = function()
+  local url = http_server()
+  local sid = open_session(url)
+  local random <close> = assert(io.open("/dev/urandom", "rb"))
+  local data = random:read(20 * 1024 * 1024)
+  T.eq(#data, 20 * 1024 * 1024)
+  local host_copy = T.tmpdir() .. "/big.bin"
+  assert(sys.write_file(host_copy, data))
+  local want = assert(sys.run({"sha256sum", host_copy})).stdout:match("^(%x+)")
+  local part, parts = 7 * 1024 * 1024, 0
+  for first = 1, #data, part do
+    local r = call(url, sid, "sandbox_upload", {path = "in/big.bin", encoding = "base64",
+      content = common.base64_encode(data:sub(first, first + part - 1)), append = first > 1})
+    T.eq(r.isError or false, false, text_of(r))
+    parts = parts + 1
+    T.eq(r.structuredContent.size, math.min(#data, first + part - 1), "the file so far")
+  end
+  T.eq(parts, 3)
+  local r = call(url, sid, "sandbox_shell", {command = "sha256sum in/big.bin; ls in"})
+  T.eq(r.structuredContent.output, want .. "  in/big.bin\nbig.bin\n", "whole, and no part left over")
+end
+
+-- A tools/call of protocol 2026-07-28 (no session): its result.
+local function stateless_call(url, name, args)
+  local meta = {["io.modelcontextprotocol/protocolVersion"] = "2026-07-28",
+                ["io.modelcontextprotocol/clientCapabilities"] = json.object()}
+  local res = assert(http.request{url = url, method = "POST", retries = 0, timeout = 300,
+    headers = {["Content-Type"] = "application/json", Accept = "application/json, text/event-stream",
+               ["MCP-Protocol-Version"] = "2026-07-28", ["Mcp-Method"] = "tools/call", ["Mcp-Name"] = name},
+    body = json.encode{jsonrpc = "2.0", id = 7, method = "tools/call",
+                       params = {name = name, arguments = args, _meta = meta}}})
+  T.eq(res.status, 200, res.body:sub(1, 300))
+  return answer_to_7(res).result
+end
+
+tests["a 20 MB rlm_execute answer over HTTP is kept as a file and read in parts"] = function()
+  F.model({rules = {{match = "Task:", reply = F.code("SUBMIT(answer='z' * (20 * 1024 * 1024))")}},
+           default = "I am not sure."})
+  local url = http_server()
+  local r = stateless_call(url, "rlm_execute", {task = "Say z many times."})
+  T.eq(r.isError, nil, r.content[1].text:sub(1, 300))
+  local st = r.structuredContent
+  T.eq(st.saved_bytes, 20 * 1024 * 1024)
+  T.truthy(st.workspace, "a stateless call's file stays in a workspace")
+  local parts, offset = {}, 0
+  repeat
+    local d = stateless_call(url, "sandbox_download", {path = st.saved_to, offset = offset,
+                                                       encoding = "utf-8", workspace = st.workspace})
+    T.eq(d.isError, nil, d.content[1].text:sub(1, 200))
+    parts[#parts + 1] = d.content[1].text
+    offset = d.structuredContent.next_offset
+  until not offset
+  local all = table.concat(parts)
+  T.eq(#all, 20 * 1024 * 1024)
+  T.truthy(all == string.rep("z", 20 * 1024 * 1024), "the answer, whole")
+  T.truthy(#parts >= 2, #parts .. " parts")
 end
 
 tests["connections past the limit get 503 with Retry-After, not a reset"] = function()

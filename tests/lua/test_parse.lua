@@ -86,6 +86,42 @@ tests["FINAL and FINAL_VAR lines outside code"] = function()
   T.eq(parse.final("the FINAL(answer) is mid-line"), nil)
 end
 
+-- A corpus of reply shapes from public runs and reports, each with its source and what rlm
+-- runs of it (the shapes are written anew here, short; not copied).
+local CORPUS = {
+  {source = "stanfordnlp/dspy PR #9309: prose mixed with code, several blocks, an unlabelled "
+     .. "fence (a strict parser refused such replies)",
+   reply = "First the size.\n```\nprint(len(context))\n```\nThen a sample:\n```python\n"
+     .. "print(context[:80])\n```\nI will read both.",
+   code = {"print(len(context))", "print(context[:80])"}},
+  {source = "stanfordnlp/dspy issue #9632 (PR #9639): a local Qwen model's action with no code",
+   reply = "Reasoning: None\nCode: None", code = {}},
+  {source = "stanfordnlp/dspy issue #9573 (PR #9801): code whose string holds a fenced block; "
+     .. "fenced with four backticks, as CommonMark nests them",
+   reply = "````repl\nnote = \"\"\"\n```python\nx = 1\n```\n\"\"\"\nprint(note.count('x'))\n````\n",
+   code = {"note = \"\"\"\n```python\nx = 1\n```\n\"\"\"\nprint(note.count('x'))"}},
+  {source = "alexzhang13/rlm PR #115: FINAL_VAR called inside the code (the driver ends the "
+     .. "block there; no FINAL line outside code is read)",
+   reply = "```repl\nanswer = str(sum(counts))\nFINAL_VAR(answer)\n```",
+   code = {"answer = str(sum(counts))\nFINAL_VAR(answer)"}, final = false},
+  {source = "alexzhang13/rlm issue #22: FINAL_VAR(answer) on its own line after the code",
+   reply = "```repl\nanswer = 'x'\n```\nFINAL_VAR(answer)",
+   code = {"answer = 'x'"}, final = {var = "answer"}},
+  {source = "huggingface/OpenEnv PR #282: FINAL(answer) written in the code, beside the "
+     .. "reference's answer-dict finish",
+   reply = "```repl\nanswer = {'content': best, 'ready': True}\nFINAL(best)\n```",
+   code = {"answer = {'content': best, 'ready': True}\nFINAL(best)"}, final = false},
+}
+
+tests["a corpus of real reply shapes, each with its source"] = function()
+  for _, case in ipairs(CORPUS) do
+    T.eq(parse.reply(case.reply).code, case.code, case.source)
+    if case.final ~= nil then T.eq(parse.final(case.reply), case.final or nil, case.source) end
+  end
+  -- a four-backtick fence is not closed by three, and closes with four or more
+  T.eq(parse.reply("````repl\na = 1\n```\nb = 2\n`````\n").code, {"a = 1\n```\nb = 2"})
+end
+
 tests["budget refuses calls past the limit with the standard message"] = function()
   local b = budget.new{max_llm_calls = 3}
   local tickets = {}

@@ -5,6 +5,7 @@ local T = require "support"
 local F = require "rlm_fixtures"
 local rlm = require "rlm"
 local sys = require "rlm.sys"
+local json = require "rlm.json"
 
 local tests = {}
 
@@ -96,6 +97,37 @@ tests["with caching asked, a turn is reserved at the cache-write rate"] = functi
                       prices = {["anthropic/claude-standin"] = price}}
   T.eq(res.reason, "submitted")
   T.truthy(res.usage.cost > 0 and res.usage.cost <= 1)
+end
+
+tests["cache usage is shown: progress line, --json, trajectory, rlm trace"] = function()
+  local server = F.model{rules = {
+    {match = "Turn 3 of", reply = F.code("SUBMIT(answer='ok')")},
+    {match = ".", reply = F.code("print('y' * 5000)")},
+  }}
+  local path = T.tmpdir() .. "/run.jsonl"
+  local r = T.run_rlm({"ask", "show", "--model", "openai/gpt-4.1-mini", "--json", "--trace", path},
+                      {env = F.env(server)})
+  T.eq(r.code, 0, r.stderr)
+  local billed = F.stats(server).billed["gpt-4.1-mini"]
+  T.truthy(billed.cache_read > 0, "the stand-in cached a prefix")
+  local usage = json.decode(r.stdout).usage
+  T.eq(usage.cache_read_tokens, billed.cache_read)
+  local p = require("rlm.prices")["openai/gpt-4.1-mini"]
+  local saved = billed.cache_read * (p.input - p.cached_input) / 1e6
+  T.truthy(math.abs(usage.prompt_cache_saved - saved) < 1e-12,
+           ("saved $%.8f, want $%.8f"):format(usage.prompt_cache_saved, saved))
+  T.contains(r.stderr, ("cache %d read, 0 written, saved $"):format(billed.cache_read))
+  local steps, final = 0, nil
+  for line in assert(sys.read_file(path)):gmatch("[^\n]+") do
+    local rec = json.decode(line)
+    if rec.type == "step" and rec.usage.cache_read_tokens > 0 then steps = steps + 1 end
+    if rec.type == "final" then final = rec end
+  end
+  T.eq(steps, 1, "turn 3 read turn 2's prefix (turn 1's was under 1,024 tokens)")
+  T.eq(final.usage.cache_read_tokens, billed.cache_read)
+  local shown = T.run_rlm({"trace", path})
+  T.eq(shown.code, 0, shown.stderr)
+  T.contains(shown.stdout, ("result: submitted  cache %d read"):format(billed.cache_read))
 end
 
 return tests

@@ -89,4 +89,56 @@ tests["blocks after a failing block are skipped, and the model is told"] = funct
   T.contains(outputs, "A block raised an error, so the 2 block(s) after it did not run.")
 end
 
+tests["FINAL_VAR and FINAL inside code finish at the call; what follows never runs"] = function()
+  -- alexzhang13/rlm PR #115: models call FINAL_VAR(x) in the code as a natural pattern.
+  F.model{rules = {
+    {match = "Task: var", reply = F.code("answer = str(6 * 7)\nFINAL_VAR(answer)\n"
+      .. "print('AFTER')\nSUBMIT(answer='second')")},
+    {match = "Task: name", reply = F.code("total = 40 + 2\nFINAL_VAR('total')")},
+    {match = "Task: both", reply = F.code("FINAL('first')\nFINAL_VAR('x')") .. "FINAL(prose)\n"},
+  }}
+  for task, want in pairs{var = "42\n", name = "42\n", both = "first\n"} do
+    local r, outputs = ask(task, sys.environ())
+    T.eq(r.code, 0, r.stderr)
+    T.eq(r.stdout, want, task)
+    T.truthy(not outputs:find("AFTER", 1, true), "nothing after the call ran")
+  end
+end
+
+tests["a refusal ends the run and says so in one line, on both wires"] = function()
+  -- OpenAI sends the text as message.refusal with content null; Anthropic stop_reason "refusal".
+  local server = F.model{rules = {
+    {match = "Task: refuse", refusal = "I can't help with that request.\nSorry."},
+    {match = ".", reply = F.code("SUBMIT(answer='asked again')")},
+  }}
+  local env = sys.environ()
+  env.ANTHROPIC_BASE_URL, env.ANTHROPIC_API_KEY = server.url, "sk-test-key-0123456789"
+  for _, model in ipairs{"openai/root-model", "anthropic/claude-standin"} do
+    env.RLM_MODEL = model
+    local path = T.tmpdir() .. "/t.jsonl"
+    local r = T.run_rlm({"ask", "refuse", "--trace", path, "--quiet"}, {env = env})
+    T.eq(r.code, 3, r.stderr)
+    T.eq(r.stdout, "")
+    T.eq(r.stderr, "rlm ask: no answer: refused (the model refused the task: I can't help with "
+      .. "that request. Sorry.)\n", model)
+    local kinds = {}
+    for _, rec in ipairs(assert(trace.read(path))) do kinds[#kinds + 1] = rec.type end
+    T.eq(kinds, {"start", "prompt", "reply", "refusal", "final"}, "no step, no extraction: " .. model)
+  end
+  T.eq(F.stats(server).requests, 2, "one request a run: nothing asked again")
+end
+
+tests["a model served only on the Responses API runs the loop (o3-pro)"] = function()
+  local server = F.model{rules = {
+    {match = "^half", reply = "21"},
+    {match = "Task: responses", reply = F.code("SUBMIT(answer=str(2 * int(llm_query('half'))))")},
+  }}
+  local env = sys.environ()
+  env.RLM_MODEL = "openai/o3-pro"
+  local r = ask("responses", env)
+  T.eq(r.code, 0, r.stderr)
+  T.eq(r.stdout, "42\n")
+  T.eq(F.stats(server).paths["/v1/responses"], 2, "the turn and the sub-call")
+end
+
 return tests

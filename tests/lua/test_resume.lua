@@ -93,7 +93,7 @@ local function three_turns()
   }}
 end
 
-tests["SIGINT in turn 3, then --resume: turns 1-2 are not asked again and the state is rebuilt"] =
+tests["SIGINT in turn 3, then --resume: turns 1-3 are not asked again and the state is rebuilt"] =
 function()
   local server = three_turns()
   local dir = T.tmpdir()
@@ -109,11 +109,16 @@ function()
   T.eq({sys.wait(proc, 30)}, {"exit", 130})
   local before = F.stats(server).requests
   T.eq(before, 4, "turns 1-3 and one sub-call")
-  local r = T.run_rlm({"ask", "--resume", path}, {env = env})
+  -- turn 3's reply was kept: it runs again, now under a timeout, and turn 4 submits
+  local r = T.run_rlm({"ask", "--resume", path, "--execute-timeout", "1"}, {env = env})
   T.eq(r.code, 0, r.stderr)
   T.eq(r.stdout, "2-pong\n", "x and s came back from the replayed turns")
-  T.eq(F.stats(server).requests - before, 1, "only turn 3 was asked again")
+  T.eq(F.stats(server).requests - before, 1, "only turn 4 was asked")
   -- the file now holds the whole run: a second resume replays it to the same answer
+  local again = T.run_rlm({"ask", "--resume", path, "--execute-timeout", "1"}, {env = env})
+  T.eq(again.code, 0, again.stderr)
+  T.eq(again.stdout, "2-pong\n")
+  T.eq(F.stats(server).requests - before, 1, "the second resume asked for nothing")
   local records = assert(trace.read(path))
   local resumed = false
   for _, rec in ipairs(records) do resumed = resumed or rec.type == "resume" end

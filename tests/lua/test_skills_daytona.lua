@@ -108,7 +108,7 @@ tests["daytona: rlm daytona-smoke passes with a repository and its own volume"] 
                       {env = D.env(s), timeout = 120})
   T.eq(r.code, 0, r.stdout .. r.stderr)
   for _, step in ipairs{"credentials", "api version", "volume", "sandbox", "daemon", "repo",
-                        "execute", "volume write", "volume read", "stop, start", "delete"} do
+                        "execute", "volume write", "volume read", "stop deletes", "delete"} do
     T.truthy(r.stdout:find("\n  " .. step .. " +%d+ ms"), "step " .. step .. " in\n" .. r.stdout)
   end
   T.contains(r.stdout, "entries in workspace/repo (.git, NOTES.md, README.md)")

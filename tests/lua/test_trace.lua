@@ -291,7 +291,7 @@ tests["rlm ask --events - writes the run's records as JSON lines, and nothing el
     local rec = assert(require("rlm.json").decode(line), "not JSON: " .. line)
     kinds[#kinds + 1] = rec.type
   end
-  T.eq(kinds, {"start", "subcall", "step", "final"})
+  T.eq(kinds, {"start", "prompt", "reply", "subcall", "answer", "step", "final"})
 end
 
 -- A record is copied however deep the JSON codec can write it (1000 levels), as the Lua walk

@@ -49,7 +49,118 @@ local function elicit(ctx, message, schema)
     tostring(res.action), got ~= nil and json.encode(got) or "{}"))}
 end
 
+-- Questions for the stateless revision's multi round-trip requests (ctx.input).
+local function ask_name(message)
+  return {method = "elicitation/create", params = {message = message or "What is your name?",
+    requestedSchema = {type = "object", properties = {name = {type = "string"}},
+                       required = json.array{"name"}}}}
+end
+
+local function ask_model(prompt, max_tokens)
+  return {method = "sampling/createMessage", params = {
+    messages = json.array{{role = "user", content = text(prompt)}}, maxTokens = max_tokens}}
+end
+
+local ASK_ROOTS = {method = "roots/list", params = json.object()}
+
+local function confirm()
+  return {method = "elicitation/create", params = {message = "Please confirm",
+    requestedSchema = {type = "object", properties = {ok = {type = "boolean"}},
+                       required = json.array{"ok"}}}}
+end
+
+local function accepted(answer, field)
+  local c = type(answer) == "table" and answer.content
+  return type(c) == "table" and tostring(c[field]) or "?"
+end
+
+local function mrtr_tool(name, description, run)
+  return {name = name, description = description, inputSchema = no_args(), run = run}
+end
+
 M.tools = {
+  -- The tasks extension's scenarios.
+  {name = "greet", description = "Says hello (never a task).",
+   inputSchema = {type = "object", properties = {name = {type = "string"}}},
+   run = function(args) return content{text(("Hello, %s!"):format(tostring(args.name or "World")))} end},
+  {name = "slow_compute", description = "Sleeps `seconds`, then answers (a task).", task = "optional",
+   inputSchema = {type = "object", properties = {seconds = {type = "number"}, label = {type = "string"}}},
+   run = function(args)
+     async.sleep(args.seconds or 1)
+     return content{text(("Computed %s after %s s"):format(tostring(args.label or ""), tostring(args.seconds or 1)))}
+   end},
+  {name = "failing_job", description = "Fails as a tool (a task, only a task).", task = "required",
+   inputSchema = no_args(),
+   run = function() async.sleep(0.2) return mcp.error_result("The job failed, as it always does") end},
+  {name = "protocol_error_job", description = "Fails as a protocol error (a task).", task = "optional",
+   inputSchema = no_args(),
+   run = function(_, ctx) ctx.fail(mcp.INTERNAL_ERROR, "The job hit an internal error") end},
+  mrtr_tool("test_input_required_result_elicitation", "Asks for a name, then greets.",
+    function(_, ctx)
+      local a = ctx.input{user_name = ask_name()}
+      return content{text(("Hello, %s!"):format(accepted(a.user_name, "name")))}
+    end),
+  mrtr_tool("test_input_required_result_sampling", "Asks the client's model a question.",
+    function(_, ctx)
+      local a = ctx.input{capital_question = ask_model("What is the capital of France?", 100)}
+      local c = a.capital_question.content
+      return content{text("Model answered: " .. tostring(type(c) == "table" and c.text or c))}
+    end),
+  mrtr_tool("test_input_required_result_list_roots", "Asks for the client's roots.",
+    function(_, ctx)
+      local roots = ctx.input{client_roots = ASK_ROOTS}.client_roots.roots
+      local uris = {}
+      for i, r in ipairs(type(roots) == "table" and roots or {}) do uris[i] = tostring(r.uri) end
+      return content{text("Roots: " .. table.concat(uris, ", "))}
+    end),
+  mrtr_tool("test_input_required_result_request_state", "Asks for a confirmation, keeping state.",
+    function(_, ctx)
+      local _, resumed = ctx.input{confirm = confirm()}
+      return content{text(resumed and "Confirmed: state-ok" or "Confirmed without state")}
+    end),
+  mrtr_tool("test_input_required_result_tampered_state", "Asks for a confirmation, keeping state.",
+    function(_, ctx)
+      ctx.input{confirm = confirm()}
+      return content{text("Confirmed")}
+    end),
+  mrtr_tool("test_input_required_result_multiple_inputs", "Asks three questions at once.",
+    function(_, ctx)
+      local a = ctx.input{user_name = ask_name(), greeting = ask_model("Generate a greeting", 50),
+                          client_roots = ASK_ROOTS}
+      return content{text(("Hello, %s! (%d answers)"):format(accepted(a.user_name, "name"), 3))}
+    end),
+  mrtr_tool("test_input_required_result_multi_round", "Asks two questions, one after the other.",
+    function(_, ctx)
+      local a = ctx.input{step1 = ask_name("Step 1: What is your name?")}
+      local b = ctx.input{step2 = {method = "elicitation/create", params = {
+        message = "Step 2: What is your favorite color?", requestedSchema = {type = "object",
+          properties = {color = {type = "string"}}, required = json.array{"color"}}}}}
+      return content{text(("%s likes %s"):format(accepted(a.step1, "name"), accepted(b.step2, "color")))}
+    end),
+  mrtr_tool("test_input_required_result_capabilities", "Asks only what the client can answer.",
+    function(_, ctx)
+      local caps, asks = ctx.client_capabilities, {}
+      if caps.elicitation ~= nil then asks.user_name = ask_name() end
+      if caps.sampling ~= nil then asks.greeting = ask_model("Generate a greeting", 50) end
+      if caps.roots ~= nil then asks.client_roots = ASK_ROOTS end
+      if next(asks) then ctx.input(asks) end
+      return content{text("Done")}
+    end),
+  mrtr_tool("test_missing_capability", "Needs the client's sampling capability.",
+    function(_, ctx)
+      ctx.input{question = ask_model("Say hello", 20)}
+      return content{text("Sampled")}
+    end),
+  mrtr_tool("test_streaming_elicitation", "Asks for a name while it runs.",
+    function(_, ctx)
+      local a = ctx.input{user_name = ask_name()}
+      return content{text(("Hello, %s!"):format(accepted(a.user_name, "name")))}
+    end),
+  mrtr_tool("test_logging_tool", "Logs three messages at info level.",
+    function(_, ctx)
+      for _, m in ipairs{"first", "second", "third"} do ctx.log("info", m) end
+      return content{text("Logged")}
+    end),
   {name = "test_simple_text", description = "Returns a simple text response.",
    inputSchema = no_args(),
    run = function() return content{text("This is a simple text response for testing.")} end},
@@ -169,8 +280,8 @@ local function read_resource(uri)
   end
 end
 
-local function not_found(what)
-  return nil, {code = mcp.INVALID_PARAMS, message = what}
+local function not_found(what, data)
+  return nil, {code = mcp.INVALID_PARAMS, message = what, data = data}
 end
 
 local PROMPTS = {
@@ -218,7 +329,7 @@ end
 
 H["resources/read"] = function(_, params)
   local c = read_resource(params.uri)
-  if not c then return not_found("Resource not found: " .. tostring(params.uri)) end
+  if not c then return not_found("Resource not found: " .. tostring(params.uri), {uri = params.uri}) end
   return {contents = json.array{c}}
 end
 
@@ -242,7 +353,14 @@ H["prompts/list"] = function()
   return {prompts = list}
 end
 
-H["prompts/get"] = function(_, params)
+H["prompts/get"] = function(session, params, _, channel)
+  if params.name == "test_input_required_result_prompt" then
+    local a = session:input(params, {user_context = {method = "elicitation/create", params = {
+      message = "What context should the prompt use?", requestedSchema = {type = "object",
+        properties = {context = {type = "string"}}, required = json.array{"context"}}}}}, channel)
+    return {description = "A prompt that asks first", messages = json.array{
+      {role = "user", content = text("Context: " .. accepted(a.user_context, "context"))}}}
+  end
   for _, p in ipairs(PROMPTS) do
     if p.name == params.name then
       local args = type(params.arguments) == "table" and params.arguments or {}

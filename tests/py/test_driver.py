@@ -274,6 +274,32 @@ class TestBasics(DriverTest):
         self.assertEqual(waiting.proc.wait(WAIT), 0)
 
 
+class TestReadText(DriverTest):
+    """__rlm_read_text__, the host's load of a long context: the str read() and decode give,
+    built in place a chunk (1 MB) at a time."""
+
+    def test_same_str_as_decode_for_every_width_and_bad_bytes(self):
+        cases = {"ascii": b"abc\n" * 700000, "latin": ("x\xe9" * 800000).encode(),
+                 "bmp": ("ab\u20ac" * 600000).encode(), "astral": ("\U0001F600a" * 400000).encode(),
+                 "bad": b"ab\xff\xc3" * 500000 + b"\xe2\x82", "empty": b"", "small": "h\xe9".encode(),
+                 "split": b"a" * ((1 << 20) - 1) + "\u20ac".encode() + b"z" * 10,
+                 "late_wide": b"a" * (3 << 20) + "\U0001F600".encode()}
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, data in cases.items():
+                path = os.path.join(tmp, name)
+                with open(path, "wb") as f:
+                    f.write(data)
+                ev = self.run_ok(
+                    f"got = __rlm_read_text__({path!r})\n"
+                    f"want = open({path!r}, 'rb').read().decode('utf-8', 'surrogateescape')\n"
+                    "import sys\n"
+                    "print(got == want, hash(got) == hash(want), len(got) == len(want),\n"
+                    "      sys.getsizeof(got) == sys.getsizeof(want), got[-3:] + 'q' == want[-3:] + 'q',\n"
+                    "      {got: 1}.get(want))\n"
+                    "del got, want")
+                self.assertEqual(ev["stdout"], "True True True True True 1\n", name)
+
+
 class TestSiteOnDemand(unittest.TestCase):
     """Started with -S (as the local backend starts it), the driver runs site only when an
     import or a look for distributions needs it; code must not see the difference."""
@@ -482,6 +508,43 @@ class TestOutput(DriverTest):
 
 
 class TestSubmit(DriverTest):
+    def test_final_in_code_ends_the_block_as_submit_does(self):
+        # Models write FINAL(...) in code as a natural pattern (alexzhang13/rlm PR #115): the
+        # block ends at the call, so a second call and the lines after it never run.
+        ev = self.run_ok("x = 6 * 7\nprint('before')\nFINAL(x)\nprint('after')\nFINAL(0)")
+        self.assertEqual(ev["submitted"], {"answer": 42})
+        self.assertEqual(ev["stdout"], "before\n")
+        ev = self.run_ok("try:\n    FINAL('a')\nexcept Exception:\n    print('swallowed')\n"
+                         "SUBMIT(answer='b')")
+        self.assertEqual((ev["submitted"], ev["stdout"]), ({"answer": "a"}, ""))
+        ev = self.run_ok("FINAL([1, 2])", output_names=["items"])
+        self.assertEqual(ev["submitted"], {"items": [1, 2]})
+
+    def test_final_var_takes_a_name_or_a_value(self):
+        ev = self.run_ok("result = {'n': 3}\nFINAL_VAR('result')")
+        self.assertEqual(ev["submitted"], {"answer": {"n": 3}})
+        ev = self.run_ok("result = 'ok'\nFINAL_VAR(result)")   # its value, though 'ok' is a name
+        self.assertEqual(ev["submitted"], {"answer": "ok"})
+        # A value that names a variable is still the value it was passed as.
+        ev = self.run_ok("word = 'context'\ncontext = 'big'\nFINAL_VAR(word)")
+        self.assertEqual(ev["submitted"], {"answer": "context"})
+        ev = self.run_ok("FINAL_VAR(' \"result\" ')")   # the reference's quoted-name spelling
+        self.assertEqual(ev["submitted"], {"answer": "ok"})
+        ev = self.run_ok("FINAL_VAR('The answer is 5.')")   # no name: the text itself
+        self.assertEqual(ev["submitted"], {"answer": "The answer is 5."})
+
+    def test_final_var_of_a_missing_name_is_a_clear_error(self):
+        ev = self.d.execute("FINAL_VAR('nothing_here')\nprint('after')")
+        self.assertEqual(ev["error"], "NameError: FINAL_VAR: no variable is named 'nothing_here'")
+        self.assertIsNone(ev["submitted"])
+        self.assertEqual(ev["stdout"], "")
+
+    def test_final_with_several_outputs_says_to_use_submit(self):
+        ev = self.d.execute("FINAL('x')", output_names=["a", "b"])
+        self.assertEqual(ev["error"], "TypeError: FINAL gives one value, and this task's outputs "
+                         "are a, b: call SUBMIT(a=..., b=...)")
+        self.assertIsNone(ev["submitted"])
+
     def test_kwargs_end_the_block(self):
         ev = self.run_ok("print('before')\nSUBMIT(answer=42, note='x')\nprint('after')")
         self.assertEqual(ev["submitted"], {"answer": 42, "note": "x"})
@@ -807,7 +870,7 @@ class TestCalls(DriverTest):
     def test_llm_query_round_trip(self):
         rid = self.d.start("r = llm_query('What is 6*7?', model='small')\nprint(r)")
         ev = self.d.event()
-        self.assertEqual(ev, {"ev": "call", "id": rid, "kind": "llm_query",
+        self.assertEqual(ev, {"ev": "call", "id": rid, "call": 1, "kind": "llm_query",
                               "args": {"prompt": "What is 6*7?", "model": "small"}})
         self.assertEqual(self.d.request({"op": "ping"}), {"ev": "pong"})
         ev = self.d.request({"op": "reply", "id": rid, "results": ["42"]})
@@ -828,7 +891,8 @@ class TestCalls(DriverTest):
 
     def test_llm_query_batched_round_trip(self):
         rid = self.d.start("out = llm_query_batched(['a', 'b', 'c'])\nprint(out)")
-        self.assertEqual(self.d.event(), {"ev": "call", "id": rid, "kind": "llm_query_batched",
+        self.assertEqual(self.d.event(), {"ev": "call", "id": rid, "call": 1,
+                                          "kind": "llm_query_batched",
                                           "args": {"prompts": ["a", "b", "c"], "model": None}})
         ev = self.d.request({"op": "reply", "id": rid, "results": ["A", "B", "C"]})
         self.assertEqual(ev["stdout"], "['A', 'B', 'C']\n")
@@ -853,6 +917,24 @@ class TestCalls(DriverTest):
         ev = self.d.execute("rlm_query('t', context={1, 2})")
         self.assertEqual(ev["error"],
                          "TypeError: rlm_query: an argument is not JSON-serialisable (set)")
+
+    def test_calls_from_threads_are_open_at_once_and_answered_in_any_order(self):
+        rid = self.d.start("import threading\nout = {}\n"
+                           "def ask(p):\n    out[p] = llm_query(p)\n"
+                           "ts = [threading.Thread(target=ask, args=(p,)) for p in 'abc']\n"
+                           "for t in ts: t.start()\nfor t in ts: t.join()\n"
+                           "print(sorted(out.items()))")
+        calls = {}
+        for _ in range(3):   # all three before any reply
+            ev = self.d.event()
+            calls[ev["args"]["prompt"]] = ev["call"]
+        self.assertEqual(sorted(calls), ["a", "b", "c"])
+        self.assertEqual(len(set(calls.values())), 3)
+        for p in "cba":
+            self.d.send({"op": "reply", "id": rid, "call": calls[p], "results": [p.upper()]})
+        ev = self.d.event()
+        self.assertEqual(ev["ev"], "done")
+        self.assertEqual(ev["stdout"], "[('a', 'A'), ('b', 'B'), ('c', 'C')]\n")
 
     def test_wrong_request_while_waiting_for_a_reply(self):
         rid = self.d.start("print(llm_query('q'))")
@@ -1080,8 +1162,10 @@ class TestSocketTransport(unittest.TestCase):
         self.assertTrue(os.path.exists(self.path), "the socket must exist before ready")
         return proc
 
-    def client(self, req, via_file=False):
+    def client(self, req, via_file=False, request_id=None):
         args = [PYTHON, "-c", SOURCE, "--client", self.path]
+        if request_id is not None:
+            args += ["--request-id", request_id]
         if via_file:
             name = os.path.join(self.dir, "request.json")
             with open(name, "w") as f:
@@ -1125,13 +1209,33 @@ class TestSocketTransport(unittest.TestCase):
         self.assertEqual((ev["ev"], ev["stdout"]), ("done", "set\n"))
         ev = self.client({"op": "execute", "id": 2, "code": "print(llm_query('q') * 2, x)"},
                          via_file=True)
-        self.assertEqual(ev, {"ev": "call", "id": 2, "kind": "llm_query",
+        self.assertEqual(ev, {"ev": "call", "id": 2, "call": 1, "kind": "llm_query",
                               "args": {"prompt": "q", "model": None}})
         ev = self.client({"op": "reply", "id": 2, "results": ["ab"]})
         self.assertEqual((ev["ev"], ev["stdout"], ev["error"]), ("done", "abab 20\n", None))
         self.assertEqual(self.client({"op": "shutdown"}), {"ev": "bye"})
         self.assertEqual(proc.wait(WAIT), 0)
         self.assertFalse(os.path.exists(self.path))
+
+    def test_a_request_id_is_answered_once(self):
+        # Daytona's daemon runs a command whether or not its HTTP client is still there: the
+        # host sends a request again with its id, and gets the first answer, not a second run.
+        self.serve()
+        run = {"op": "execute", "id": 1, "code": "n = globals().get('n', 0) + 1\nprint(n)"}
+        first = self.client(run, request_id="r1")
+        self.assertEqual(first["stdout"], "1\n")
+        self.assertEqual(self.client(run, request_id="r1"), first)
+        # a call event is answered once too, and the reply goes on from there
+        ask = {"op": "execute", "id": 2, "code": "n += 1\nprint(llm_query('q'), n)"}
+        call = self.client(ask, request_id="r2")
+        self.assertEqual(call["ev"], "call")
+        self.assertEqual(self.client(ask, request_id="r2"), call)
+        done = self.client({"op": "reply", "id": 2, "results": ["a"]}, request_id="r3")
+        self.assertEqual(done["stdout"], "a 2\n")
+        # a new id runs again; no id at all always runs
+        self.assertEqual(self.client(run, request_id="r4")["stdout"], "3\n")
+        self.assertEqual(self.client(run)["stdout"], "4\n")
+        self.assertEqual(self.client(run)["stdout"], "5\n")
 
     def test_serve_from_a_file_without_unbuffered_output(self):
         # Daytona runs the driver from an uploaded file, in a session that may not pass -u.

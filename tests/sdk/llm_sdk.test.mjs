@@ -176,6 +176,36 @@ describe('OpenAI SDK', () => {
   });
 });
 
+describe('OpenAI SDK, Responses API', () => {
+  test('non-streaming response: output_text, status, usage; a limit makes it incomplete', async () => {
+    const instructions = 'You are terse.';
+    const input = 'hello responses';
+    const res = await openai().responses.create({ model: 'o3-pro', instructions, input,
+                                                  reasoning: { effort: 'low' } });
+    const reply = `you said: ${input}`;
+    assert.equal(res.object, 'response');
+    assert.equal(res.status, 'completed');
+    assert.equal(res.output_text, reply);
+    assert.deepEqual(res.output.map((item) => item.type), ['reasoning', 'message']);
+    assert.deepEqual([res.usage.input_tokens, res.usage.output_tokens],
+                     [tok(instructions.length + input.length), tok(reply.length)]);
+    const cut = await openai().responses.create({ model: 'o3-pro', input: 'long', max_output_tokens: 2 });
+    assert.equal(cut.status, 'incomplete');
+    assert.equal(cut.incomplete_details.reason, 'max_output_tokens');
+  });
+
+  test('the stream helper builds the same response from the events', async () => {
+    const stream = openai().responses.stream({ model: 'o3-pro', input: 'long story please' });
+    const deltas = [];
+    stream.on('response.output_text.delta', (e) => deltas.push(e.delta));
+    const res = await stream.finalResponse();
+    assert.equal(res.output_text, 'one two three four five six seven eight nine ten');
+    assert.equal(deltas.join(''), res.output_text);
+    assert.ok(deltas.length > 1, 'several deltas');
+    assert.equal(res.status, 'completed');
+  });
+});
+
 describe('Anthropic SDK', () => {
   test('non-streaming message: text, stop_reason, usage', async () => {
     const system = 'You are terse.';

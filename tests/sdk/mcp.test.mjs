@@ -100,11 +100,15 @@ describe('official SDK client over stdio: big results', () => {
     const { createHash } = await import('node:crypto');
     assert.equal(createHash('sha256').update(Buffer.concat(parts)).digest('hex'), want);
     assert.ok(calls >= 5, `${calls} parts`);
-    // a result that cannot fit: an error saying how to ask for less, not a dead session
+    // a result that cannot fit in one message: kept as a file in the sandbox, not a dead session
     const huge = await client.callTool({ name: 'sandbox_exec_stateful',
       arguments: { code: "SUBMIT(answer='x' * (12 * 1024 * 1024))" } });
-    assert.equal(huge.isError, true);
-    assert.match(huge.content[0].text, /over this server's limit/);
+    assert.equal(huge.isError, undefined);
+    assert.match(huge.content[0].text, /saved in the sandbox as results\/sandbox_exec_stateful-/);
+    assert.ok(huge.structuredContent.saved_bytes > 12 * 1024 * 1024, JSON.stringify(huge.structuredContent));
+    const kept = await client.callTool({ name: 'sandbox_shell',
+      arguments: { command: `grep -o x ${huge.structuredContent.saved_to} | wc -l` } });
+    assert.equal(kept.structuredContent.output.trim(), String(12 * 1024 * 1024));
     const next = await client.callTool({ name: 'sandbox_shell', arguments: { command: 'echo alive' } });
     assert.equal(next.structuredContent.output, 'alive\n');
   });

@@ -102,9 +102,9 @@ describe('rlm mcp deploy, reached with the official MCP client', { skip: NEEDS_R
   test('a wrong or missing token is refused', async () => {
     const good = info.config.mcpServers.rlm.headers;
     for (const headers of [
-      { 'X-Daytona-Preview-Token': good['X-Daytona-Preview-Token'] },                    // no bearer
-      { ...good, Authorization: 'Bearer not-the-token' },                                // wrong bearer
-      { Authorization: good.Authorization },                                             // no preview token
+      { 'X-Daytona-Preview-Token': good['X-Daytona-Preview-Token'] },                    // no token
+      { ...good, 'X-Rlm-Token': 'not-the-token' },                                       // wrong token
+      { 'X-Rlm-Token': good['X-Rlm-Token'] },                                            // no preview token
       { ...good, 'X-Daytona-Preview-Token': 'not-the-preview-token' },                   // wrong one
     ]) {
       await assert.rejects(connect(headers), undefined, JSON.stringify(Object.keys(headers)));

@@ -2,6 +2,7 @@
 each one until a number of them are in flight together. A test that asserts the peak, instead of
 how long a batch took, holds however slow or loaded the machine is."""
 import threading
+import time
 
 
 class InFlight:
@@ -18,19 +19,41 @@ class InFlight:
     def reset(self):
         with self.cond:
             self.now = self.peak = 0
+            self.busy, self.busy_since = 0.0, None   # seconds with a request in flight
             self.expired = False
             self.cond.notify_all()
 
-    def __enter__(self):
+    def admit(self, most=0):
+        """Counts a request in, as `with` does, unless `most` (0: no limit) are in flight
+        already: then False, and nothing is counted."""
         with self.cond:
+            if most and self.now >= most:
+                return False
             self.now += 1
             self.peak = max(self.peak, self.now)
+            if self.now == 1:
+                self.busy_since = time.monotonic()
             self.cond.notify_all()
+        return True
+
+    def leave(self):
+        with self.cond:
+            self.now -= 1
+            if self.now == 0:
+                self.busy += time.monotonic() - self.busy_since
+
+    def busy_seconds(self):
+        """Seconds during which at least one request was in flight."""
+        with self.cond:
+            ongoing = time.monotonic() - self.busy_since if self.now else 0
+            return self.busy + ongoing
+
+    def __enter__(self):
+        self.admit()
         return self
 
     def __exit__(self, *exc):
-        with self.cond:
-            self.now -= 1
+        self.leave()
 
     def wait_for(self, n):
         with self.cond:

@@ -4,6 +4,7 @@
 --   /home/daytona             the code's home
 --   /home/daytona/workspace   its working directory (relative paths are beneath it)
 --   /home/daytona/memory      the volume
+local base64 = require "rlm.core.base64"
 local json = require "rlm.json"
 
 local M = {}
@@ -58,41 +59,9 @@ function M.decode_event(line)
   return ev
 end
 
-local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-local B64_INDEX = {}
-for i = 1, 64 do B64_INDEX[B64:byte(i)] = i - 1 end
-
-local function b64_char(n)
-  return B64:sub(n + 1, n + 1)
-end
-
-function M.base64_encode(data)
-  local out = {}
-  for i = 1, #data, 3 do
-    local a, b, c = data:byte(i, i + 2)
-    local n = (a << 16) | ((b or 0) << 8) | (c or 0)
-    out[#out + 1] = b64_char(n >> 18) .. b64_char((n >> 12) & 63) ..
-      (b and b64_char((n >> 6) & 63) or "=") .. (c and b64_char(n & 63) or "=")
-  end
-  return table.concat(out)
-end
+M.base64_encode = base64.encode
 
 --- The bytes of base64 text (whitespace ignored); nil, err when it is not valid base64.
-function M.base64_decode(text)
-  text = text:gsub("%s", "")
-  if #text % 4 ~= 0 or text:find("[^%w%+/=]") or text:find("=[^=]") then
-    return nil, "content is not valid base64"
-  end
-  local out = {}
-  for i = 1, #text, 4 do
-    local n, pad = 0, 0
-    for j = i, i + 3 do
-      local ch = text:byte(j)
-      if ch == 61 then pad = pad + 1; n = n << 6 else n = (n << 6) | B64_INDEX[ch] end
-    end
-    out[#out + 1] = string.char((n >> 16) & 255, (n >> 8) & 255, n & 255):sub(1, 3 - pad)
-  end
-  return table.concat(out)
-end
+M.base64_decode = base64.decode
 
 return M

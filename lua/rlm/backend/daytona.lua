@@ -32,7 +32,13 @@ local json = require "rlm.json"
 local common = require "rlm.backend.common"
 local sys = require "rlm.sys"
 
-local M = {name = "daytona", options = {daytona = true, snapshot = true, labels = true}}
+-- idle_timeout: seconds without a toolbox call after which Daytona stops the sandbox, which,
+-- being ephemeral, deletes it (default: the interpreter's lifetime plus 5 minutes).
+local M = {name = "daytona", options = {daytona = true, snapshot = true, labels = true,
+                                        idle_timeout = true}}
+
+-- Seconds destroy() waits in place for its DELETE; what is left is settle()'s to finish.
+M.DELETE_WAIT = 30
 
 local HOME, WORKSPACE, MEMORY = common.HOME, common.WORKSPACE, common.MEMORY
 local basename = common.basename
@@ -49,7 +55,13 @@ local HELPER_PYTHON = PYTHON .. " -S"
 local INLINE_REQUEST = 24 * 1024
 -- Extra seconds an HTTP call waits past the wanted time, for the answer to travel back.
 local GRACE = 0.5
+-- Seconds a request sent again after our wait ran out may take to bring the first answer back.
+local PROBE = 5
 local DELETE_TIMEOUT = 30
+-- A sandbox still being created or started refuses deletion (409) for as long as that lasts,
+-- which can be minutes (apps/api/src/sandbox/services/sandbox.service.ts, destroy): its DELETE
+-- keeps trying that long, in the background once destroy() stops waiting in place.
+local DELETE_DEADLINE = 600
 
 M.LABEL = "rlm"
 M.OWNER_LABEL = "rlm-owner"
@@ -68,6 +80,11 @@ end
 -- one `sh -c` argument means the same on both.
 local function shell_command(script)
   return "sh -c " .. sh_quote(script)
+end
+
+-- Whether a toolbox call failed by running out of time (ours, or the daemon's).
+local function timed_out(err)
+  return err.code == "TIMEOUT" or err.status == 408 or err.code == "PROCESS_EXECUTION_TIMEOUT"
 end
 
 --- "user@host:pid": who made a sandbox, so leftovers of a dead process can be told apart.
@@ -209,6 +226,19 @@ local function stage_local_repo(tb, url, ref)
   end
 end
 
+-- Deletes sb after a failure and returns the message to raise: the failure's own first, then
+-- what became of the sandbox when its deletion failed or goes on in the background.
+local function after_cleanup(sb, err)
+  local deleted, why = pcall(sb.destroy, sb)
+  if not deleted then
+    return ("%s; and %s"):format(tostring(err), tostring(why))
+  elseif why == false then
+    return ("%s; the Daytona sandbox %s is still being deleted (that goes on in the background; " ..
+            "`rlm sandboxes` lists it until it is gone)"):format(tostring(err), sb.id)
+  end
+  return tostring(err)
+end
+
 -- Times each step of create() for `rlm daytona-smoke`.
 local function timed(steps, name, fn)
   local t0 = sys.now()
@@ -243,6 +273,10 @@ function M.create(opts)
   local env = {}
   for k, v in pairs(opts.env or {}) do env[k] = tostring(v) end
   local minutes = math.ceil((opts.timeout or 900) / 60)
+  -- Daytona's proxy counts a toolbox request as activity for as long as it runs (it renews it
+  -- every 50 s: apps/proxy/pkg/proxy/get_sandbox_target.go), so a long execute is not idle.
+  local idle_minutes = opts.idle_timeout and math.max(1, math.ceil(opts.idle_timeout / 60))
+                       or math.max(15, minutes + 5)
   local block = not opts.network and not (opts.repo_url and is_remote(opts.repo_url))
   local created = timed(steps, "create", function()
     -- wait = false: the id is ours before anything else can fail, so it can be deleted.
@@ -250,15 +284,18 @@ function M.create(opts)
       snapshot = opts.snapshot, env = env, labels = labels, volumes = volumes,
       network_block_all = block or nil,
       -- A sandbox this process loses stops after being idle past its lifetime, and a stopped
-      -- one is deleted at once.
-      auto_stop_interval = math.max(15, minutes + 5), auto_delete_interval = 0,
+      -- one is deleted at once; newer APIs also end it past its wall-clock lifetime.
+      auto_stop_interval = idle_minutes, auto_delete_interval = 0,
+      ttl_minutes = minutes + 10,
+      -- At the organisation's quota, wait as long as a start may take for others to go.
+      quota_wait = opts.start_timeout or 120,
       wait = false}
     if not sb then fail("cannot create a Daytona sandbox", err) end
     return sb
   end)
 
   local self = setmetatable({id = created.id, client = client, opts = opts, steps = steps,
-                             starts = 0}, Sandbox)
+                             starts = 0, requests = 0}, Sandbox)
   local ok, err = pcall(function()
     local sb = timed(steps, "start", function()
       if created.state == "started" then return created end
@@ -286,24 +323,28 @@ function M.create(opts)
       end)
     end
   end)
-  if not ok then
-    self:destroy()
-    error(err, 0)
-  end
+  if not ok then error(after_cleanup(self, err), 0) end
   return self
 end
 
+
 -- ---------- the driver ----------
 
--- A sandbox stopped behind our back (idle past auto-stop, or from the dashboard) refuses every
--- toolbox call; after a driver death, start it again so the run goes on with fresh state.
+-- Our sandboxes are ephemeral (autoDeleteInterval 0): stopping one, by request or by
+-- auto-stop, deletes it (apps/api/src/sandbox/services/sandbox.service.ts, stop). One that
+-- is gone cannot come back; one merely stopped (made by other means) is started again.
 function Sandbox:ensure_started()
   local sb, err = self.client:get_sandbox(self.id)
+  local gone = not sb and err.status == 404 or sb and (sb.state == "destroying" or
+    sb.state == "destroyed" or sb.desiredState == "destroyed")
+  if gone then
+    self.destroyed = true   -- nothing left to delete
+    error(("the Daytona sandbox %s is gone: rlm's sandboxes are ephemeral, and stopping one " ..
+           "(from outside, or idle past its auto-stop) deletes it; create a new interpreter")
+          :format(self.id), 0)
+  end
   if not sb then fail("cannot read the Daytona sandbox's state", err) end
   if sb.state == "started" then return end
-  if sb.state == "destroying" or sb.state == "destroyed" or sb.desiredState == "destroyed" then
-    error(("the Daytona sandbox %s was deleted from outside this run"):format(self.id), 0)
-  end
   local started, why = self.client:start_sandbox(self.id, self.opts.start_timeout or 120)
   if not started then
     fail(("the Daytona sandbox %s was %s and could not be started again"):format(
@@ -318,8 +359,11 @@ function Sandbox:start_driver()
   local session = ("rlm-driver-%d"):format(self.starts)
   local socket = ("%s/driver-%d.sock"):format(RLM_DIR, self.starts)
   local tb = self.toolbox
-  local ok, err = tb:create_session(session)
-  if not ok then fail("cannot start the sandbox's driver (session)", err) end
+  -- The name is new, so it may go again: 409 "session already exists" (apps/daemon/pkg/session/
+  -- create.go) means an earlier attempt made it.
+  local ok, err = tb:request{method = "POST", path = {"process", "session"}, idempotent = true,
+                             json = {sessionId = session}}
+  if not ok and err.status ~= 409 then fail("cannot start the sandbox's driver (session)", err) end
   -- No `exec`: on Daytona a session is one long-lived shell, which must outlive the driver.
   -- Its output goes to files read_ready() watches from inside; its exit status too.
   local outputs = ("%s/driver-%d"):format(RLM_DIR, self.starts)
@@ -327,6 +371,14 @@ function Sandbox:start_driver()
                    "echo $? > %s.exit"):format(WORKSPACE, MEMORY, WORKSPACE, PYTHON, DRIVER, socket,
     table.concat(common.driver_settings(self.opts), " "), outputs, outputs, outputs)
   local res, why = tb:session_exec{session = session, command = command, async = true}
+  if not res and (why.status == nil or why.status == 502 or why.status == 503 or
+                  why.status == 504) then
+    -- The answer was lost, not necessarily the command: it is never sent twice (the daemon
+    -- takes no command id of ours), but the session is new, so a command in it is this one.
+    local found = tb:request{path = {"process", "session", session}}
+    local first = found and type(found.commands) == "table" and found.commands[1]
+    if first and first.id then res = {cmdId = first.id} end
+  end
   if not res then
     tb:delete_session(session)
     fail("cannot start the sandbox's driver", why)
@@ -341,12 +393,15 @@ end
 -- ten requests a start.
 function Sandbox:read_ready(timeout)
   local wait = math.ceil(timeout)
-  local res, err = self.toolbox:execute{
-    command = ("%s %s --wait-ready %s --timeout %d"):format(HELPER_PYTHON, DRIVER, self.outputs,
-                                                             wait),
-    timeout = wait + 1}
+  -- Only reads files: it may go again after a broken connection or a gateway's 502.
+  local res, err = self.toolbox:request{
+    method = "POST", path = {"process", "execute"}, idempotent = true,
+    timeout = wait + 1 + 10,
+    json = {command = ("%s %s --wait-ready %s --timeout %d"):format(HELPER_PYTHON, DRIVER,
+                                                                    self.outputs, wait),
+            timeout = wait + 1}}
   if not res then
-    if err.code == "TIMEOUT" or err.status == 408 or err.code == "PROCESS_EXECUTION_TIMEOUT" then
+    if timed_out(err) then
       return nil, "no answer from the sandbox in time", "timeout"
     end
     return nil, "cannot read the driver's output: " .. tostring(err), "dead"
@@ -360,16 +415,26 @@ function Sandbox:read_ready(timeout)
   return common.decode_event(out:match("^([^\n]*)"))
 end
 
--- The client command for one request line.
-function Sandbox:client_command(line)
+-- The client command for one request line, under an id the driver answers once.
+function Sandbox:client_command(line, request_id)
+  local client = ("%s %s --client %s --request-id %s"):format(HELPER_PYTHON, DRIVER, self.socket,
+                                                             request_id)
   if #line <= INLINE_REQUEST then
-    return ("%s %s --client %s --request-b64 %s"):format(HELPER_PYTHON, DRIVER, self.socket,
-                                                         common.base64_encode(line))
+    return ("%s --request-b64 %s"):format(client, common.base64_encode(line))
   end
   local ok, err = self.toolbox:upload({{path = REQUEST_FILE, data = line}})
   if not ok then return nil, "cannot upload the request: " .. tostring(err) end
-  return ("%s %s --client %s --request-file %s"):format(HELPER_PYTHON, DRIVER, self.socket,
-                                                        REQUEST_FILE)
+  return ("%s --request-file %s"):format(client, REQUEST_FILE)
+end
+
+-- One process/execute of the client. The request carries its id, so the transport may send it
+-- again after a broken connection (idempotent): the driver gives a repeat the first answer.
+function Sandbox:run_client(command, timeout)
+  return self.toolbox:request{
+    method = "POST", path = {"process", "execute"}, idempotent = true,
+    timeout = timeout + GRACE, deadline = timeout + GRACE,
+    -- The daemon ends the client soon after the host stops waiting; the driver goes on.
+    json = {command = command, timeout = math.ceil(timeout) + 1}}
 end
 
 --- Sends one request and returns the next event; nil, err, kind ("timeout"|"dead"|"protocol").
@@ -381,18 +446,20 @@ function Sandbox:request(req, timeout)
     end
     return self:read_ready(timeout)
   end
-  local command, err = self:client_command(type(req) == "string" and req or json.encode(req))
+  self.requests = self.requests + 1
+  local command, err = self:client_command(type(req) == "string" and req or json.encode(req),
+                                           ("%d.%d"):format(self.starts, self.requests))
   if not command then return nil, err, "dead" end
   local res
-  res, err = self.toolbox:request{
-    method = "POST", path = {"process", "execute"},
-    timeout = timeout + GRACE, deadline = timeout + GRACE,
-    -- The daemon ends the client soon after the host stops waiting; the driver goes on.
-    json = {command = command, timeout = math.ceil(timeout) + 1}}
+  res, err = self:run_client(command, timeout)
+  if not res and timed_out(err) then
+    -- Our wait ran out, which a stalled network does as well as a block that runs on: ask
+    -- again under the same id. A block that ended meanwhile answers at once; one still running
+    -- holds the repeat back until it too runs out.
+    res, err = self:run_client(command, PROBE)
+  end
   if not res then
-    if err.code == "TIMEOUT" or err.status == 408 or err.code == "PROCESS_EXECUTION_TIMEOUT" then
-      return nil, "no answer from the sandbox in time", "timeout"
-    end
+    if timed_out(err) then return nil, "no answer from the sandbox in time", "timeout" end
     return nil, tostring(err), "dead"
   end
   local out = type(res.result) == "string" and res.result or ""
@@ -522,26 +589,27 @@ local function finish(op)
   return true
 end
 
---- Deletes the sandbox; idempotent, and never yields from a finaliser (see the top).
+--- Deletes the sandbox; idempotent, and never yields from a finaliser (see the top). Returns
+-- true once it is deleted, false while its deletion goes on (settle() finishes it).
 function Sandbox:destroy()
   local client, id = self.client, self.id
-  if not client or self.destroyed then return end
+  if not client or self.destroyed then return true end
   self.destroyed = true
   self.session, self.toolbox = nil, nil
   -- retry_conflict: a sandbox still being created or started answers 409 until it can go.
   local op = client.core:request{method = "DELETE", base = client.api_url, path = {"sandbox", id},
-                                 timeout = DELETE_TIMEOUT, deadline = DELETE_TIMEOUT,
-                                 retry_conflict = true,
-                                 retries = client.retries}
+                                 timeout = DELETE_TIMEOUT, deadline = DELETE_DEADLINE,
+                                 retry_conflict = true, retries = 1000}
   deleting[op] = id
-  if not may_wait() then return end
-  async.await(op:id(), DELETE_TIMEOUT + 5)
-  if not op:done() then return end     -- left to settle()
+  if not may_wait() then return false end
+  async.await(op:id(), M.DELETE_WAIT)
+  if not op:done() then return false end     -- left to settle()
   local ok, err = finish(op)
   if not ok then
     error(("cannot delete Daytona sandbox %s: %s (it stops by itself when idle; `rlm sandboxes " ..
            "--prune` deletes it)"):format(id, tostring(err)), 0)
   end
+  return true
 end
 
 --- Waits (at most timeout seconds) for deletions started from finalisers; returns how many
@@ -562,7 +630,18 @@ function M.settle(timeout)
   return left, failed
 end
 
--- The CLI settles every backend's deletions before it exits, through the registry.
-require("rlm.registry").on_settle(function() M.settle() end)
+-- The CLI settles every backend's deletions before it exits, through the registry; what is
+-- still going on then is named, for `rlm sandboxes`.
+require("rlm.registry").on_settle(function()
+  local left = M.settle()
+  local ids = {}
+  for _, id in pairs(deleting) do ids[#ids + 1] = id end
+  table.sort(ids)
+  for _, id in ipairs(ids) do
+    io.stderr:write(("rlm: Daytona sandbox %s is still being deleted; `rlm sandboxes` lists it " ..
+                     "and `rlm sandboxes --prune` deletes it if it is left\n"):format(id))
+  end
+  return left
+end)
 
 return M

@@ -11,9 +11,12 @@
 -- network = true.
 --
 -- The boundary, whoever runs rlm (README, "Isolation"):
---   * the code never runs as host root: when rlm runs as root, bwrap itself is started as the
---     unprivileged uid `uid` (default 65534, or RLM_SANDBOX_UID), so the user namespace maps
---     the sandbox's uid 1000 to that uid, not to 0;
+--   * the code never runs as host root: when rlm runs as root, bwrap itself is started as an
+--     unprivileged uid of the sandbox's own (or `uid` / RLM_SANDBOX_UID, shared by every
+--     sandbox), so the user namespace maps the sandbox's uid 1000 to that uid, not to 0, and
+--     its process limit counts that sandbox's processes only (see SANDBOX_UIDS);
+--   * as root, the folders handed to a sandbox (TMPDIR's, the volume store) lie under parents
+--     no other user can change: one another user could write is refused;
 --   * no capabilities (--cap-drop ALL), no further user namespaces (--disable-userns), and a
 --     seccomp filter (rlm.core.sandbox) against the kernel surface Python never needs;
 --   * only fds 0-2 and the ones handed over reach bwrap (rlm.core.proc spawn), and bwrap runs
@@ -44,7 +47,17 @@ local STDERR_KEEP = 4096
 local STDERR_BUFFER = 64 * 1024
 -- The capture files of stdout and stderr live here, on a tmpfs of their own (limits.output).
 local CAPTURE_DIR = "/run/rlm"
-local DEFAULT_UID = 65534
+-- The uids of root's sandboxes, as a subordinate-uid allocator hands out ranges: from
+-- 0x70000000, above what systemd gives containers (up to 0x6FFFFFFF) and useradd's
+-- subordinate ranges (up to 600100000), below 2^31. A sandbox without a volume takes one of
+-- SANDBOX_UIDS for its life: a lock file per uid in UID_LOCKS (root's own folder, made 0700),
+-- held while the sandbox lives, so two rlm processes never hand out the same uid, and a uid
+-- that still has processes (a sandbox still ending) is passed over. A sandbox with a volume
+-- runs as the volume's uid, one of VOLUME_UIDS chosen by the volume's name: the files it keeps
+-- are that uid's, and the sandboxes of one volume share its process count.
+local SANDBOX_UIDS = {first = 0x70000000, count = 65536}
+local VOLUME_UIDS = {first = 0x70000000 + 65536, count = 65536}
+local UID_LOCKS = "/run/rlm/uids"
 -- The driver's pipes hold 1 MiB (the most an unprivileged user may ask for) instead of 64 KiB:
 -- a 100 MB value crosses in a sixteenth of the wake-ups.
 local PIPE_SIZE = 1024 * 1024
@@ -111,11 +124,13 @@ local function tools(opts)
   return bwrap_path, python, packages
 end
 
--- The host uid and gid the sandbox runs as: nil when rlm is not root (the sandbox then runs as
--- the user who runs rlm, mapped to 1000 inside), else `uid` or RLM_SANDBOX_UID or 65534.
+-- The uid every sandbox of root's runs as when one is named (`uid` or RLM_SANDBOX_UID), nil
+-- when none is (each then gets one of its own), or false when rlm is not root (the sandbox
+-- then runs as the user who runs rlm, mapped to 1000 inside).
 local function sandbox_owner(opts)
-  if sys.getuid() ~= 0 then return nil end
-  local v = opts.uid or sys.getenv("RLM_SANDBOX_UID") or DEFAULT_UID
+  if sys.getuid() ~= 0 then return false end
+  local v = opts.uid or sys.getenv("RLM_SANDBOX_UID")
+  if v == nil then return nil end
   local uid = math.tointeger(tonumber(v))
   if not uid or uid <= 0 or uid >= 2^32 - 1 then
     error(("the sandbox's uid must be a positive number other than 0 (got %s): the code must " ..
@@ -123,6 +138,73 @@ local function sandbox_owner(opts)
   end
   return uid
 end
+
+-- Why path (a folder rlm as root hands to sandboxes, or the parent of one) is not safe: a
+-- folder on its way another user owns, or may write without the sticky bit, could have a
+-- link planted in it that turns root's chown and bind onto another folder. nil when safe.
+local GROUP_OTHER_WRITE, STICKY = tonumber("022", 8), tonumber("1000", 8)
+
+local function unsafe_folder(path)
+  local real = sys.realpath(path) or path
+  local at = ""
+  for part in ("/" .. real):gmatch("[^/]*") do
+    if part ~= "" or at == "" then
+      at = at == "/" and "/" .. part or (at == "" and "/" or at .. "/" .. part)
+      local st = sys.stat(at)
+      if st and st.type == "dir" then
+        if st.uid ~= 0 then return ("%s belongs to uid %d"):format(at, st.uid) end
+        if st.mode & GROUP_OTHER_WRITE ~= 0 and st.mode & STICKY == 0 then
+          return ("others may write %s (mode %o)"):format(at, st.mode & tonumber("7777", 8))
+        end
+      end
+    end
+  end
+end
+
+local function refuse_unsafe(path, what, fix)
+  local why = unsafe_folder(path)
+  if why then
+    error(("refusing %s %s: %s, and rlm runs as root; %s"):format(what, path, why, fix), 0)
+  end
+end
+
+-- A uid of SANDBOX_UIDS for one sandbox, and the lock that holds it.
+local uid_cursor
+
+local function take_uid()
+  local made, why = sys.mkdir_p(UID_LOCKS, PRIVATE)
+  if not made then error("cannot make " .. UID_LOCKS .. ": " .. tostring(why), 0) end
+  refuse_unsafe(UID_LOCKS, "the uid lock folder", "remove it, rlm makes it anew")
+  uid_cursor = uid_cursor or sys.getpid() * 7919 % SANDBOX_UIDS.count
+  for _ = 1, SANDBOX_UIDS.count do
+    local uid = SANDBOX_UIDS.first + uid_cursor
+    uid_cursor = (uid_cursor + 1) % SANDBOX_UIDS.count
+    local lock = sys.lock(("%s/%d"):format(UID_LOCKS, uid), true)
+    if lock and sys.count_processes(uid) == 0 then return uid, lock end
+    if lock then lock:release() end
+  end
+  error(("all %d sandbox uids are taken (%s)"):format(SANDBOX_UIDS.count, UID_LOCKS), 0)
+end
+
+-- The uid of volume `name`'s sandboxes.
+local function volume_uid(name)
+  return VOLUME_UIDS.first + tonumber(sys.hash(name):sub(1, 8), 16) % VOLUME_UIDS.count
+end
+
+-- The processors this process may run on (the machine's, or its cgroup's cpuset).
+local function processors()
+  local status = sys.read_file("/proc/self/status") or ""
+  local list = status:match("Cpus_allowed_list:%s*([%d,%-]+)")
+  local n = 0
+  for a, b in (list or ""):gmatch("(%d+)%-?(%d*)") do
+    n = n + (b ~= "" and tonumber(b) - tonumber(a) + 1 or 1)
+  end
+  return math.max(n, 1)
+end
+
+--- Sandboxes this process starts at once (the interpreter's start queue): twice the processors,
+-- so that starting keeps the machine busy without making each start slower than its timeout.
+M.start_width = 2 * processors()
 
 --- Checks what create() needs without creating anything.
 function M.check(opts)
@@ -251,6 +333,16 @@ end
 function M.create(opts)
   local bwrap, python, packages = tools(opts)
   local volume = opts.volume_name and M.volume_dir(opts.volume_name)
+  if sys.getuid() == 0 then   -- before anything is made there
+    local tmp = sys.getenv("TMPDIR")
+    refuse_unsafe((tmp and tmp ~= "") and tmp or "/tmp", "the sandbox folder's parent",
+                  "set TMPDIR to a folder only root can change, or unset it (/tmp)")
+    if volume then
+      -- the store: the volume itself is its sandboxes' own
+      refuse_unsafe(volume:match("^(.*)/[^/]+$"), "the volume store",
+                    "set XDG_DATA_HOME to a folder only root can change, or unset it")
+    end
+  end
   local root, made_why = sys.mkdtemp("rlm-sandbox")
   if not root then error(made_why, 0) end   -- a TMPDIR that does not exist, say
   local base = root:match("^(.*)/[^/]+$")
@@ -268,12 +360,17 @@ function M.create(opts)
   local passable
   passable, why = sys.chmod(root, tonumber("711", 8))
   if not passable then abandon("cannot prepare the sandbox folder: " .. why) end
+  local owner = sandbox_owner(opts)
   local self = setmetatable({root = root, held = held, bwrap = bwrap, python = python,
                              packages = packages, opts = opts,
                              env = opts.env or {}, network = opts.network and true or false,
-                             limits = limits.resolve(opts.limits), uid = sandbox_owner(opts),
+                             limits = limits.resolve(opts.limits), uid = owner or nil,
                              stderr_tail = "", dying = {}}, Sandbox)
   local ok, err = pcall(function()
+    if owner == nil then
+      if volume then self.uid = volume_uid(opts.volume_name)
+      else self.uid, self.uid_lock = take_uid() end
+    end
     self.workspace = root .. "/workspace"
     self.memory = volume or (root .. "/memory")
     assert(sys.mkdir_p(self.workspace, PRIVATE))
@@ -282,11 +379,17 @@ function M.create(opts)
     if volume and self.uid then check_passable(self.uid, volume) end
     if opts.repo_url then stage_repo(self.workspace .. "/repo", opts.repo_url, opts.repo_ref) end
     if opts.context_paths then stage_context(self.workspace .. "/context", opts.context_paths) end
-    -- A volume keeps what earlier sandboxes wrote, already theirs; only its top is handed over.
+    -- A volume keeps what earlier sandboxes wrote, already its uid's: only its top is handed
+    -- over, unless it belongs to another uid (made before volumes had uids of their own).
     give_to(self.uid, {self.workspace, not volume and self.memory or nil}, true)
-    if volume then give_to(self.uid, {self.memory}, false) end
+    if volume and self.uid then
+      give_to(self.uid, {self.memory}, sys.stat(self.memory).uid ~= self.uid)
+    end
   end)
-  if not ok then abandon(err) end
+  if not ok then
+    if self.uid_lock then self.uid_lock:release() end
+    abandon(err)
+  end
   self.allowance = math.max(self.limits.workspace,
                             (opts.repo_url or opts.context_paths or volume) and self:disk_usage() or 0)
   self.id = "local-" .. basename(root):gsub("^rlm%-sandbox%.", "")
@@ -446,6 +549,7 @@ end
 
 function Sandbox:start_driver()
   if self.proc then return true end
+  self:settle_dying()
   local host = require "rlm.core.host"
   local source = host.resource("lua/rlm/driver.py")
   if not source then error("the driver (lua/rlm/driver.py) is missing from this build", 0) end
@@ -469,6 +573,17 @@ function Sandbox:start_driver()
   -- Here, unless create did it: the walk then runs while bubblewrap and Python start.
   sweep_orphans(self.root:match("^(.*)/[^/]+$"))
   return true
+end
+
+-- A killed driver's processes may still be ending, and writing into the workspace: what they
+-- leave belongs to the level at which the code was stopped, not to the next driver's growth.
+-- They end within moments of SIGKILL; the wait is bounded all the same.
+local DYING_WAIT = 5
+
+function Sandbox:settle_dying()
+  if #self.dying == 0 then return end
+  for _, init in ipairs(self.dying) do init:ended(DYING_WAIT) end
+  self.allowance = math.max(self.allowance, self:disk_usage())
 end
 
 -- Keeps the end of the driver's stderr (bwrap's and Python's own complaints) for error messages.
@@ -593,6 +708,14 @@ function Sandbox:request(req, timeout, payloads)
   return ev, why, kind
 end
 
+--- Sends one request line without waiting for an event: the reply to one of several open calls.
+function Sandbox:send(req)
+  if not (self.proc and self.proc:write(json.encode(req), "\n")) then
+    return nil, self.proc and self:died_message() or "the sandbox's driver is not running"
+  end
+  return true
+end
+
 -- The first child of host process pid, or nil.
 local function first_child(pid)
   local kids = sys.read_file(("/proc/%d/task/%d/children"):format(pid, pid))
@@ -706,6 +829,10 @@ function Sandbox:destroy()
     end
     self.held:release()
     self.root = nil
+  end
+  if self.uid_lock then   -- the uid is free again once its last process has ended
+    self.uid_lock:release()
+    self.uid_lock = nil
   end
   for _, init in ipairs(self.dying) do init:close() end
   self.dying = {}

@@ -1,5 +1,6 @@
 --- `rlm ask "TASK"`: one RLM run from the command line.
 local args = require "rlm.args"
+local budget = require "rlm.budget"
 local json = require "rlm.json"
 local sys = require "rlm.sys"
 
@@ -15,17 +16,24 @@ usage: rlm ask "TASK" [--context FILE|-] [--model M] [--sub-model M] [--backend 
                       [--max-time S] [--execute-timeout S] [--llm-call-timeout S]
                       [--sub-models a,b] [--prices FILE.json] [--limit NAME=VALUE]...
                       [--context-window N] [--history full|compact] [--resume FILE.jsonl]
-                      [--cache] [--events FILE|-] [--venv DIR] [--quiet]
+                      [--cache] [--events FILE|-] [--otel URL] [--tools FILE.lua]
+                      [--venv DIR] [--reasoning-effort minimal|low|medium|high] [--quiet]
+                      [--dry-run]
 
 Runs the RLM loop: the model explores the context in a sandbox by writing Python, until its
 code calls SUBMIT. Prints the answer (or, with --json, every output field and the run's usage).
-One progress line per turn goes to stderr (--quiet: none). The model comes from --model or
-RLM_MODEL (provider/name, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5, local/NAME); the
-backend from --backend or RLM_BACKEND (default local).
+One progress line per turn goes to stderr (--quiet: none), with what was read from and
+written to the provider's prompt cache and what that saved, once it was used. The model comes
+from --model or RLM_MODEL (provider/name, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5,
+local/NAME); the backend from --backend or RLM_BACKEND (default local).
 Budgets hold for the whole tree of sub-calls and child runs: --max-llm-calls (calls made
 for code), --max-tokens, --max-cost (needs a price for every model: rlm.prices, --prices or
 RLM_PRICES), --max-time (a deadline for everything, code included). --sub-models lists the
 models llm_query(model=...) may use (default: the sub-model).
+--reasoning-effort minimal|low|medium|high: how much a reasoning model (OpenAI's o-series and
+gpt-5; a Claude model thinks with a budget of 1k/4k/16k/32k tokens) reasons before each answer.
+A root turn may write up to its model's output limit (llm.output_limits); a sub-call's answer
+and a child run's turn are held to 8192 tokens, with room for the reasoning above that.
 --limit NAME=VALUE sets a resource limit of the sandboxes (as for `rlm exec`); --venv DIR gives
 the local sandboxes the Python packages of a virtualenv (or of a folder of packages), read-only.
 History: --context-window N (tokens; default from the model's known window) and
@@ -35,9 +43,16 @@ recorded answers, then the run goes on live, appending to the file); --cache kee
 answers under $XDG_CACHE_HOME/rlm and sends no repeated sub-call.
 --events FILE|- writes the run's records (the trajectory's JSON lines) as they happen, for other
 programs to follow; with `-` they go to stdout and the answer is only in the last one.
+--tools FILE.lua gives the code your tools: the file returns a table of Lua functions and MCP
+servers (docs/lua-api.md, Tools), each a Python function in the sandbox that runs here.
+--otel URL sends the run as one OpenTelemetry trace (OTLP/HTTP JSON) to the collector at URL
+(default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT when set; none).
 Exit codes: 0 an answer (submitted, or extracted when the run stopped early: the reason goes
 to stderr), 1 an error before the run could start, 2 a usage error, 3 no answer (the reason
-goes to stderr, nothing to stdout), 130/143 interrupted by SIGINT/SIGTERM.]]
+goes to stderr, nothing to stdout), 130/143 interrupted by SIGINT/SIGTERM.
+--dry-run sends nothing and starts no sandbox: it prints what the first call costs, a typical
+run's cost, the worst case the budget allows and the price of each model the run may use
+(with --json, as {"preview": ...}).]]
 
 local SPEC = {context = "string", model = "string", sub_model = "string", backend = "string",
               outputs = "list", json = "flag", trace = "string", max_iterations = "number",
@@ -45,7 +60,17 @@ local SPEC = {context = "string", model = "string", sub_model = "string", backen
               max_time = "number", max_tokens = "number", quiet = "flag", limit = "assign",
               execute_timeout = "number", llm_call_timeout = "number", sub_models = "list",
               prices = "string", context_window = "number", history = "string",
-              resume = "string", cache = "flag", events = "string", venv = "string"}
+              resume = "string", cache = "flag", events = "string", otel = "string", tools = "string",
+              venv = "string", reasoning_effort = "string", dry_run = "flag"}
+
+-- The tools a --tools file returns (see rlm.tools).
+local function load_tools(path)
+  local chunk, err = loadfile(path, "t")
+  if not chunk then error("--tools: " .. err, 0) end
+  local t = chunk()
+  if type(t) ~= "table" then error("--tools: " .. path .. " must return a table of tools", 0) end
+  return t
+end
 
 -- Writes each record as one JSON line to path ("-": stdout), flushed at once.
 local function event_writer(path)
@@ -56,8 +81,9 @@ local function event_writer(path)
     if not f then error("cannot write --events " .. path .. ": " .. tostring(err), 0) end
   end
   return function(record)
-    f:write(json.encode(record), "\n")
-    f:flush()
+    local ok, err = f:write(json.encode(record), "\n")
+    if ok then ok, err = f:flush() end
+    if not ok then error("cannot write --events " .. path .. ": " .. tostring(err), 0) end
   end
 end
 
@@ -97,9 +123,10 @@ local function progress(e)
   end
   if e.type ~= "turn" then return end
   local u = e.usage
-  io.stderr:write(("%sturn %d/%d  tokens %d  calls %d  cost $%.4f  %.1fs\n"):format(
+  local cache = budget.cache_words(u)
+  io.stderr:write(("%sturn %d/%d  tokens %d  calls %d  cost $%.4f  %.1fs%s\n"):format(
     string.rep("  ", e.depth), e.turn, e.max_iterations, u.total_tokens, u.llm_calls, u.cost,
-    u.elapsed))
+    u.elapsed, cache ~= "" and "  " .. cache or ""))
 end
 
 function M.main(argv)
@@ -122,9 +149,21 @@ function M.main(argv)
     limits = opts.limit, execute_timeout = opts.execute_timeout,
     llm_call_timeout = opts.llm_call_timeout, sub_models = opts.sub_models, prices_file = opts.prices,
     context_window = opts.context_window, history = opts.history, resume = opts.resume,
-    cache = opts.cache or nil, events = opts.events and event_writer(opts.events),
+    cache = opts.cache or nil, events = opts.events and event_writer(opts.events), otel = opts.otel,
+    tools = opts.tools and load_tools(opts.tools),
     venv = opts.venv,
+    reasoning_effort = opts.reasoning_effort,
+    dry_run = opts.dry_run or nil,
   }
+  if res.preview then
+    if opts.json then
+      print(json.encode{preview = res.preview})
+    else
+      print(table.concat(require("rlm.preview").lines(res.preview), "\n"))
+      print("nothing was sent")
+    end
+    return 0
+  end
   local answered = res.submitted or res.extracted
   -- with --events -, stdout carries the events only
   local to_stdout = opts.events ~= "-"

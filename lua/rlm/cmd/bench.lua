@@ -5,6 +5,7 @@ local budget = require "rlm.budget"
 local evals = require "rlm.evals"
 local json = require "rlm.json"
 local llm = require "rlm.llm"
+local preview = require "rlm.preview"
 local sys = require "rlm.sys"
 
 local M = {}
@@ -47,31 +48,13 @@ local SPEC = {model = "string", sub_model = "string", n = "number", lengths = "l
               dry_run = "flag", data = "string", corpus = "string", documents = "number",
               judge_model = "string"}
 
-local DIRECT_WINDOW = 128000       -- tokens the direct baseline assumes when the model's is unknown
-local CHARS_PER_TOKEN = 4
+local CHARS_PER_TOKEN = preview.CHARS_PER_TOKEN
+local DIRECT_WINDOW = preview.DIRECT_WINDOW
 
 -- The tasks, each a module of rlm.bench: queries(opts), score(answer, item, ctx), defaults.
 local TASKS = {["s-niah"] = "rlm.bench.sniah", oolong = "rlm.bench.oolong",
                ["oolong-pairs"] = "rlm.bench.oolong_pairs", codeqa = "rlm.bench.codeqa",
                ["browsecomp-plus"] = "rlm.bench.browsecomp_plus"}
-
--- Estimated tokens and cost of one query of `length` tokens by method, from the price table:
--- the RLM reads the context once through sub-calls plus about four root turns; the direct
--- baseline sends the context cut to its window; a judged task adds a short judge call.
-local function estimate(opts, length)
-  local root = llm.price(llm.label(opts.model), opts.prices)
-  local sub = llm.price(llm.label(opts.sub_model), opts.prices)
-  local judge = opts.judged and llm.price(llm.label(opts.judge_model), opts.prices)
-  local judge_cost = opts.judged and (judge and (1500 * judge.input + 100 * judge.output) / 1e6) or 0
-  local rlm_in_sub, rlm_in_root, rlm_out = length, 4 * 3000, 4 * 400
-  local rlm_cost = root and sub and judge_cost and (rlm_in_root * root.input + rlm_out * root.output
-                                     + rlm_in_sub * sub.input + length // 50 * sub.output) / 1e6 + judge_cost
-  local window = llm.context_window(llm.label(opts.model)) or DIRECT_WINDOW
-  local direct_in = math.min(length, window - 1000)
-  local direct_cost = root and judge_cost and (direct_in * root.input + 200 * root.output) / 1e6 + judge_cost
-  return {rlm = {tokens = rlm_in_sub + rlm_in_root + rlm_out, cost = rlm_cost},
-          direct = {tokens = direct_in + 200, cost = direct_cost}}
-end
 
 local function read_results(path)
   local done, list = {}, {}
@@ -107,7 +90,11 @@ local function run_query(opts, task, q, method, remaining)
       content = ctx .. "\n\n" .. item.question .. (task.direct_suffix or "")}}}
     answer, reason = res and res.text, res and "answered" or ("model_error: " .. tostring(err))
     usage = res and {input_tokens = res.usage.input_tokens, output_tokens = res.usage.output_tokens,
-                     cost = opts.cost(opts.model, res.usage)} or {}
+                     cache_read_tokens = res.usage.cache_read_tokens,
+                     cache_write_tokens = res.usage.cache_write_tokens,
+                     cost = opts.cost(opts.model, res.usage),
+                     prompt_cache_saved = budget.cache_saved(llm.price(llm.label(opts.model),
+                                                                        opts.prices), res.usage)} or {}
   end
   local scoring = {judge_model = opts.judge_model, cost_of = opts.cost}
   local score = task.score(answer, item, scoring)
@@ -116,16 +103,21 @@ local function run_query(opts, task, q, method, remaining)
           expected = expected, answer = answer, score = score,
           cost = (usage.cost or 0) + (scoring.cost or 0), judge_cost = scoring.cost, note = scoring.note,
           tokens = (usage.input_tokens or 0) + (usage.output_tokens or 0),
+          input_tokens = usage.input_tokens or 0, cache_read_tokens = usage.cache_read_tokens or 0,
+          cache_write_tokens = usage.cache_write_tokens or 0,
+          prompt_cache_saved = usage.prompt_cache_saved or 0,
           latency = sys.now() - t0, reason = reason, data_hash = sys.hash(item.context)}
 end
 
--- Per method and length: accuracy (95% interval), cost mean and sd, tokens, latency.
+-- Per method and length: accuracy (95% interval), cost mean and sd, tokens, the share of input
+-- read from prompt caches and what they saved a query, latency.
 local function aggregate(results)
   local groups, order = {}, {}
   for _, r in ipairs(results) do
     local k = r.method .. " " .. r.length
     if not groups[k] then
-      groups[k] = {method = r.method, length = r.length, scores = {}, costs = {}, tokens = {}, latency = {}}
+      groups[k] = {method = r.method, length = r.length, scores = {}, costs = {}, tokens = {},
+                   latency = {}, saved = {}, input = 0, cached = 0}
       order[#order + 1] = k
     end
     local g = groups[k]
@@ -133,6 +125,8 @@ local function aggregate(results)
     table.insert(g.costs, r.cost)
     table.insert(g.tokens, r.tokens)
     table.insert(g.latency, r.latency)
+    table.insert(g.saved, r.prompt_cache_saved or 0)
+    g.input, g.cached = g.input + (r.input_tokens or 0), g.cached + (r.cache_read_tokens or 0)
   end
   table.sort(order, function(a, b)
     local ga, gb = groups[a], groups[b]
@@ -146,7 +140,9 @@ local function aggregate(results)
     local acc = evals.summary(g.scores)
     local cost, cost_sd = evals.mean_sd(g.costs)
     rows[#rows + 1] = {method = g.method, length = g.length, acc = acc, cost = cost, cost_sd = cost_sd,
-                       tokens = (evals.mean_sd(g.tokens)), latency = (evals.mean_sd(g.latency))}
+                       tokens = (evals.mean_sd(g.tokens)), latency = (evals.mean_sd(g.latency)),
+                       cached = g.input > 0 and g.cached / g.input or 0,
+                       saved = (evals.mean_sd(g.saved))}
   end
   return rows
 end
@@ -155,12 +151,13 @@ local function markdown(opts, rows)
   local out = {("# rlm bench %s\n\nmodel %s, sub-model %s, depth %d, up to %d queries per length%s\n")
     :format(opts.task, opts.model, opts.sub_model, opts.depth, opts.n,
             opts.judged and (", judged by " .. opts.judge_model) or ""),
-    "| method | length | accuracy | 95% interval | cost per query (mean ± sd) | tokens | latency |",
-    "|---|---|---|---|---|---|---|"}
+    "| method | length | accuracy | 95% interval | cost per query (mean ± sd) | tokens | input from cache "
+      .. "| saved by caching per query | latency |",
+    "|---|---|---|---|---|---|---|---|---|"}
   for _, r in ipairs(rows) do
-    out[#out + 1] = ("| %s | %s | %.1f%% | %.1f–%.1f%% | $%.4f ± %.4f | %.0f | %.1f s |"):format(
-      r.method, r.length, r.acc.mean * 100, r.acc.low * 100, r.acc.high * 100, r.cost, r.cost_sd,
-      r.tokens, r.latency)
+    out[#out + 1] = ("| %s | %s | %.1f%% | %.1f–%.1f%% | $%.4f ± %.4f | %.0f | %.1f%% | $%.4f | %.1f s |")
+      :format(r.method, r.length, r.acc.mean * 100, r.acc.low * 100, r.acc.high * 100, r.cost,
+              r.cost_sd, r.tokens, r.cached * 100, r.saved, r.latency)
   end
   return table.concat(out, "\n") .. "\n"
 end
@@ -260,7 +257,7 @@ local function dry_run(opts, task, queries, methods)
   local total = 0
   for _, key in ipairs(order) do
     local g = by_length[key]
-    local e = estimate(opts, g.tokens // g.n)
+    local e = preview.estimate(opts, g.tokens // g.n)
     for _, m in ipairs(methods) do
       local cost = e[m].cost
       total = total + (cost or 0) * g.n

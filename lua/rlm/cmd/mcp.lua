@@ -26,7 +26,8 @@ exits when stdin ends. With --http it serves Streamable HTTP at http://HOST:PORT
 GET /health, which needs no token, for load balancers and deployments); HOST
 defaults to 127.0.0.1 and PORT 0 picks a free port (printed as "READY http://HOST:PORT").
 Binding to a non-loopback address needs RLM_MCP_TOKEN: every request must then carry
-"Authorization: Bearer $RLM_MCP_TOKEN" (the token is checked on loopback too when set).
+"Authorization: Bearer $RLM_MCP_TOKEN" or "X-Rlm-Token: $RLM_MCP_TOKEN" (the token is checked
+on loopback too when set).
 Host and Origin must be local; RLM_MCP_ALLOWED_HOSTS and RLM_MCP_ALLOWED_ORIGINS (comma
 separated) allow others.
 
@@ -41,8 +42,9 @@ The model and backend come from --model/--backend or RLM_MODEL/RLM_BACKEND, as f
 
 A tool result is at most --max-result bytes of JSON (default 4 MiB over stdio, where the
 official SDKs refuse messages over 10 MiB and the session would end; 16 MiB over HTTP); a
-bigger one becomes an error saying how to ask for less. sandbox_download sends a big file in
-parts (offset, length). Coming from rlm-mcp: its argument names (rlm_code description,
+bigger answer is saved as a file in the sandbox and the result gives its path. Output over
+64 KiB travels once, in the text (structuredContent lists it as omitted). sandbox_download
+sends a big file in parts (offset, length); sandbox_upload takes one in parts (append). Coming from rlm-mcp: its argument names (rlm_code description,
 rlm_decompose complex_task and num_subtasks, sandbox_files path) and its /home/daytona/...
 paths (read as under the workspace) are accepted.
 
@@ -96,7 +98,7 @@ function M.build(opts)
   local max_result = opts.max_result or MAX_RESULT[opts.http and "http" or "stdio"]
   local cfg = {backend = opts.backend or sys.getenv("RLM_BACKEND"),
                model = opts.model or sys.getenv("RLM_MODEL"),
-               execute_timeout = opts.execute_timeout,
+               execute_timeout = opts.execute_timeout, max_result = max_result,
                -- a download part fits in a result: base64 grows it by 4/3, escapes by up to 6x
                -- for control bytes in text, so take a third to be safe
                part_bytes = math.max(1024, math.floor(max_result / 3))}

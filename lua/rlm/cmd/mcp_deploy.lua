@@ -6,7 +6,9 @@
 -- libmicrohttpd, which rlm opens itself); `rlm mcp --http`
 -- runs as a session command with a generated token; deploy waits for its /health through the
 -- preview URL, then prints the URL, the tokens and a client configuration. The keys the server
--- needs are the sandbox's environment: never in a command line, an output or a log.
+-- needs, and its token, are a file only the sandbox's user may read (SECRETS), which the
+-- server's shell reads before it starts: never the sandbox's `env` (which the API shows to
+-- anyone in the organisation), a command line, an output or a log.
 local args = require "rlm.args"
 local daytona = require "rlm.daytona"
 local http = require "rlm.http"
@@ -44,15 +46,21 @@ self-hosted Daytona).
   --stop            stop the sandbox (the server with it); deploy again to restart
   --delete          delete the sandbox
 
-The model keys set here (OPENAI_API_KEY, ANTHROPIC_API_KEY, ... and their *_BASE_URL) go into
-the sandbox's environment, with DAYTONA_* for --backend daytona. Clients send two headers:
-"Authorization: Bearer TOKEN" (the server's) and "X-Daytona-Preview-Token: P" (Daytona's).]]
+The model keys set here (OPENAI_API_KEY, ANTHROPIC_API_KEY, ... and their *_BASE_URL), with
+DAYTONA_* for --backend daytona, go into a file in the sandbox only its user may read, not into
+the sandbox's environment (which Daytona's API shows to anyone in the organisation). Clients send two headers:
+"X-Rlm-Token: TOKEN" (the server's) and "X-Daytona-Preview-Token: P" (Daytona's); not
+Authorization, which Daytona's proxy tries as a Daytona login. Daytona gives the sandbox a new
+preview token at every start (after --stop, or after --auto-stop minutes idle): deploying again
+prints the new client configuration and says it changed. --auto-stop 0 keeps the server up.]]
 
 local SPEC = {name = "string", model = "string", backend = "string", port = "number",
               auto_stop = "number", snapshot = "string", wait = "number", json = "flag",
               status = "flag", logs = "flag", stop = "flag", delete = "flag"}
 
 M.LABEL = "rlm-mcp-deploy"
+local SECRETS = "server.env"   -- in the deployment's folder (~/.rlm), mode 600
+local PREVIEW_LABEL = "rlm-mcp-preview"
 M.SESSION = "rlm-mcp"
 local DEFAULTS = {name = "rlm-mcp", port = 8080, auto_stop = 60, wait = 120, backend = "auto"}
 local BACKENDS = {auto = true, ["local"] = true, daytona = true}
@@ -111,6 +119,24 @@ local function same_env(have, want)
     if k ~= "RLM_MCP_TOKEN" and want[k] == nil then return false end
   end
   return holds(have, want)
+end
+
+-- The secrets file: one `export NAME='value'` line per variable, in name order.
+local function secrets_file(env)
+  local names = {}
+  for k in pairs(env) do names[#names + 1] = k end
+  table.sort(names)
+  local lines = {}
+  for i, k in ipairs(names) do lines[i] = ("export %s=%s\n"):format(k, shell_quote(env[k])) end
+  return table.concat(lines)
+end
+
+local function parse_secrets(text)
+  local env = {}
+  for name, quoted in text:gmatch("export ([%w_]+)=('[^\n]*')\n") do
+    env[name] = quoted:sub(2, -2):gsub("'\\''", "'")
+  end
+  return env
 end
 
 local function find(client, name)
@@ -185,6 +211,22 @@ end
 
 function Remote:upload(path, data)
   check(self.tb:upload{{path = path, data = data}}, nil, "uploading " .. path)
+end
+
+--- The server's variables as the secrets file holds them, or nil when there is none.
+function Remote:secrets()
+  local got = self.tb:download({self.dir .. "/" .. SECRETS})
+  local text = got and got[self.dir .. "/" .. SECRETS]
+  return type(text) == "string" and parse_secrets(text) or nil
+end
+
+-- Writes the secrets file, readable by the sandbox's user alone.
+function Remote:put_secrets(env)
+  local path = self.dir .. "/" .. SECRETS
+  local code = self:run(("mkdir -p %s && umask 077 && : > %s && chmod 600 %s"):format(
+    shell_quote(self.dir), shell_quote(path), shell_quote(path)))
+  if code ~= 0 then error("could not make the server's secrets file in the sandbox", 0) end
+  self:upload(path, secrets_file(env))
 end
 
 -- rlm itself, unless the same binary is there already (its hash sits beside it).
@@ -266,6 +308,13 @@ function Remote:check_local_sandbox()
   end
 end
 
+-- The deployment's folder in the started sandbox sb, reached through its toolbox.
+local function remote_for(client, sb)
+  local tb = check(client:toolbox(sb))
+  local home = check(tb:request{path = {"user-home-dir"}}, nil, "asking for the sandbox's home").dir
+  return setmetatable({tb = tb, dir = home .. "/.rlm"}, Remote)
+end
+
 -- ---------- the server ----------
 
 local function preview(client, sb, port)
@@ -300,9 +349,10 @@ local function launch(remote, cfg, pv)
   local argv = {remote.dir .. "/bin/rlm", "mcp", "--http", "0.0.0.0:" .. cfg.port, "--backend", cfg.backend}
   if cfg.model then argv[#argv + 1] = "--model"; argv[#argv + 1] = cfg.model end
   for i, a in ipairs(argv) do argv[i] = shell_quote(a) end
-  -- Keys and the token are the sandbox's environment; the command line names neither.
-  local command = ("cd %s && exec env %s RLM_MCP_ALLOWED_HOSTS=%s %s"):format(
-    remote.dir, remote:prefix(), shell_quote(allowed), table.concat(argv, " "))
+  -- Keys and the token come from the secrets file, read by the shell itself: no command line
+  -- names them.
+  local command = ("cd %s && . ./%s && exec env %s RLM_MCP_ALLOWED_HOSTS=%s %s"):format(
+    remote.dir, SECRETS, remote:prefix(), shell_quote(allowed), table.concat(argv, " "))
   check(tb:session_exec{session = M.SESSION, command = command, async = true}, nil, "starting the server")
 end
 
@@ -326,9 +376,12 @@ local function wait_healthy(client, remote, pv, seconds)
         :format(pv.url, seconds, tostring(last)), 0)
 end
 
+-- The server's token goes in X-Rlm-Token: Daytona's proxy tries any Authorization bearer token
+-- as a Daytona credential first, and a failed one counts against the client's address
+-- (apps/proxy/pkg/proxy/auth.go; apps/api/src/common/middleware/failed-auth-rate-limit.middleware.ts).
 local function client_config(url, token, preview_token)
   return {mcpServers = {rlm = {type = "http", url = url,
-    headers = {Authorization = "Bearer " .. token, ["X-Daytona-Preview-Token"] = preview_token}}}}
+    headers = {["X-Rlm-Token"] = token, ["X-Daytona-Preview-Token"] = preview_token}}}}
 end
 
 local function report(opts, result)
@@ -343,14 +396,21 @@ local function report(opts, result)
     "  token:          " .. result.token,
     "  preview token:  " .. result.preview_token,
     "",
+  }
+  if result.preview_token_changed then
+    out[#out + 1] = "The preview token changed since the last deploy (Daytona gives a new one at " ..
+                    "every start): clients need the configuration below."
+    out[#out + 1] = ""
+  end
+  for _, text in ipairs{
     "Client configuration (.mcp.json, Claude Desktop and others):",
     json.encode(result.config),
     "",
     "Claude Code:",
     ("  claude mcp add --transport http rlm %s --header %s --header %s"):format(result.url,
-      shell_quote("Authorization: Bearer " .. result.token),
+      shell_quote("X-Rlm-Token: " .. result.token),
       shell_quote("X-Daytona-Preview-Token: " .. result.preview_token)),
-  }
+  } do out[#out + 1] = text end
   io.stdout:write(table.concat(out, "\n"), "\n")
 end
 
@@ -358,12 +418,12 @@ local function create(client, opts, cfg)
   local env = M.server_env(cfg.backend)
   env.RLM_MCP_TOKEN = sys.random_hex(24)
   say(opts, "creating sandbox ", cfg.name)
-  local sb = check(client:create_sandbox{name = cfg.name, snapshot = opts.snapshot, env = env,
+  local sb = check(client:create_sandbox{name = cfg.name, snapshot = opts.snapshot,
                                          labels = {[M.LABEL] = cfg.name, ["rlm-mcp-backend"] = cfg.backend},
                                          auto_stop_interval = opts.auto_stop, timeout = 120},
                    nil, "creating the sandbox")
   -- A deployment that fails takes the sandbox it made with it: nothing is left behind.
-  local ok, result = pcall(M.serve, client, opts, cfg, sb, env.RLM_MCP_TOKEN)
+  local ok, result = pcall(M.serve, client, opts, cfg, sb, env)
   if ok then return result end
   say(opts, "deleting sandbox ", sb.id, " again")
   client:delete_sandbox(sb.id, {wait = true, timeout = 60})
@@ -371,21 +431,22 @@ local function create(client, opts, cfg)
 end
 
 local function reuse(client, opts, cfg, sb)
-  local have = sb.env or {}
-  if not same_env(have, M.server_env(cfg.backend)) or not have.RLM_MCP_TOKEN then
-    error(("the deployment %s was made with other keys or another backend; delete it first " ..
-           "(`rlm mcp deploy --delete --name %s`), then deploy again"):format(cfg.name, cfg.name), 0)
-  end
   if sb.state ~= "started" then
     say(opts, "starting sandbox ", sb.id, " (", tostring(sb.state), ")")
     sb = check(client:start_sandbox(sb.id, 120), nil, "starting the sandbox")
+  end
+  -- A deployment made before the secrets file held its keys in the sandbox's env.
+  local have = remote_for(client, sb):secrets() or sb.env or {}
+  if not same_env(have, M.server_env(cfg.backend)) or not have.RLM_MCP_TOKEN then
+    error(("the deployment %s was made with other keys or another backend; delete it first " ..
+           "(`rlm mcp deploy --delete --name %s`), then deploy again"):format(cfg.name, cfg.name), 0)
   end
   if (sb.autoStopInterval or -1) ~= opts.auto_stop then
     check(client:request{method = "POST", idempotent = true,
                          path = {"sandbox", sb.id, "autostop", tostring(opts.auto_stop)}},
           nil, "setting auto-stop")
   end
-  return M.serve(client, opts, cfg, sb, have.RLM_MCP_TOKEN)
+  return M.serve(client, opts, cfg, sb, have)
 end
 
 function M.deploy(client, opts)
@@ -407,12 +468,13 @@ function M.deploy(client, opts)
   return create(client, opts, cfg)
 end
 
---- Puts rlm into the started sandbox sb, (re)starts the server when needed and reports.
-function M.serve(client, opts, cfg, sb, token)
-  local tb = check(client:toolbox(sb))
-  local home = check(tb:request{path = {"user-home-dir"}}, nil, "asking for the sandbox's home").dir
-  local remote = setmetatable({tb = tb, dir = home .. "/.rlm"}, Remote)
+--- Puts rlm into the started sandbox sb with the server's variables env (keys and token),
+-- (re)starts the server when needed and reports.
+function M.serve(client, opts, cfg, sb, env)
+  local token = env.RLM_MCP_TOKEN
+  local remote = remote_for(client, sb)
   local uploaded = remote:put_binary()
+  remote:put_secrets(env)
   if uploaded then say(opts, "uploaded rlm") end
   remote:put_libraries(remote.dir .. "/bin/rlm")
   if cfg.backend == "local" then
@@ -427,12 +489,19 @@ function M.serve(client, opts, cfg, sb, token)
     say(opts, "starting the server on port ", tostring(cfg.port))
     launch(remote, cfg, pv)
     wait_healthy(client, remote, pv, opts.wait)
+  end
+  -- Which preview token the last printed configuration held (a hash: labels are shown to
+  -- anyone in the organisation), so a changed one can be said to be new.
+  local seen = (sb.labels or {})[PREVIEW_LABEL]
+  labels[PREVIEW_LABEL] = sys.hash(pv.token)
+  if not holds(sb.labels or {}, labels) then
     check(client:request{method = "PUT", path = {"sandbox", sb.id, "labels"}, idempotent = true,
                          json = {labels = labels}}, nil, "labelling the sandbox")
   end
   local url = pv.url .. "/mcp"
   report(opts, {name = cfg.name, sandbox_id = sb.id, backend = cfg.backend, model = cfg.model,
                 url = url, token = token, preview_token = pv.token, auto_stop = opts.auto_stop,
+                preview_token_changed = seen ~= nil and seen ~= labels[PREVIEW_LABEL],
                 config = client_config(url, token, pv.token)})
   return 0
 end
@@ -471,14 +540,15 @@ end
 function M.logs(client, opts)
   local sb = require_found(client, opts.name)
   if sb.state ~= "started" then error(("%s is %s: no server runs"):format(opts.name, sb.state), 0) end
-  local tb = check(client:toolbox(sb))
+  local remote = remote_for(client, sb)
+  local tb = remote.tb
   local cmd = server_command(tb)
   if not cmd then error(("%s runs no server (deploy it again)"):format(opts.name), 0) end
   local logs = check(tb:logs(M.SESSION, cmd.id), nil, "reading the logs")
   local text = type(logs) == "table" and (logs.output or ((logs.stdout or "") .. (logs.stderr or ""))) or logs
-  -- The server never prints a key, but its environment is scrubbed from the text regardless.
+  -- The server never prints a key, but its variables are scrubbed from the text regardless.
   local secrets = {}
-  for _, v in pairs(sb.env or {}) do
+  for _, v in pairs(remote:secrets() or sb.env or {}) do
     if #v >= 8 then secrets[#secrets + 1] = v end
   end
   io.stdout:write(trace.redact(trace.redact(tostring(text), secrets)))

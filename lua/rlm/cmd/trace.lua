@@ -4,6 +4,7 @@
 -- (also from the address: page.html#q=TEXT) and keys (j/k between turns, o to open, / to search).
 -- No network: one file.
 local args = require "rlm.args"
+local budget = require "rlm.budget"
 local json = require "rlm.json"
 local sys = require "rlm.sys"
 local trace = require "rlm.trace"
@@ -12,6 +13,7 @@ local M = {}
 
 M.help = [=[
 usage: rlm trace FILE.jsonl [--html OUT.html | --follow | --serve [--port P]]
+       rlm trace export FILE.jsonl ...   (chat-format JSONL: `rlm trace export --help`)
 
 Reads a trajectory written by `rlm ask --trace` or rlm.run{trace = ...} (or a log of the
 reference implementation, alexzhang13/rlm). Without options prints a line per turn, sub-call
@@ -155,6 +157,7 @@ local function render_totals(out, run)
     {"model calls", ("%s (%s for code)"):format(u.calls or "?", u.llm_calls or "?")},
     {"tokens", ("%s in, %s out"):format(u.input_tokens or "?", u.output_tokens or "?")},
     {"cost", u.cost and ("$%.4f"):format(u.cost) or "?"},
+    {"prompt cache", budget.cache_words(u) ~= "" and budget.cache_words(u) or "(none)"},
     {"time", u.elapsed and ("%.1f s"):format(u.elapsed) or "?"},
   }
   local models = {}
@@ -353,8 +356,10 @@ local function show(r)
   local pad = string.rep("  ", r.depth or 0)
   if r.type == "step" then
     local u = r.usage or {}
-    return ("%sturn %d  %.2fs  %s in / %s out tokens  %d code blocks"):format(pad, r.turn,
-      r.duration or 0, u.input_tokens or "?", u.output_tokens or "?", #(r.code or {}))
+    local cache = budget.cache_words(u)
+    return ("%sturn %d  %.2fs  %s in / %s out tokens  %d code blocks%s"):format(pad, r.turn,
+      r.duration or 0, u.input_tokens or "?", u.output_tokens or "?", #(r.code or {}),
+      cache ~= "" and "  " .. cache or "")
   elseif r.type == "subcall" then
     return ("%s  %s x%d  %.2fs"):format(pad, tostring(r.kind), r.count or 1, r.duration or 0)
   elseif r.type == "compaction" then
@@ -362,7 +367,9 @@ local function show(r)
   elseif r.type == "budget_warning" then
     return ("%s  budget: %s has %.4g of %.4g left"):format(pad, r.limit, r.remaining or 0, r.of or 0)
   elseif r.type == "final" then
-    return ("%sresult: %s%s"):format(pad, tostring(r.reason), r.detail and (" (" .. r.detail .. ")") or "")
+    local cache = budget.cache_words(r.usage or {})
+    return ("%sresult: %s%s%s"):format(pad, tostring(r.reason),
+      r.detail and (" (" .. r.detail .. ")") or "", cache ~= "" and "  " .. cache or "")
   end
 end
 
@@ -469,6 +476,7 @@ local function serve(path, port)
 end
 
 function M.main(argv)
+  if argv[1] == "export" then return require("rlm.cmd.trace_export").main({table.unpack(argv, 2)}) end
   local opts, rest = args.parse(argv, {html = "string", follow = "flag", serve = "flag",
                                        port = "number"})
   if #rest ~= 1 then

@@ -39,8 +39,9 @@ Requests, host -> driver
       its line in that order, each a variable (a str decoded with surrogateescape), and
       "payload_min":N (absent: the setting, null: none): a SUBMIT field that is a str of N
       characters or more goes back raw too
-  {"op":"reply","id":N,"results":[...]} | {"op":"reply","id":N,"error":"message"}
+  {"op":"reply","id":N,"call":K,"results":[...]} | {"op":"reply","id":N,"call":K,"error":"message"}
                                     answers the call event with the same id (the execute's id)
+                                    and call number K (without "call": the oldest open call)
   {"op":"reset"}    -> {"ev":"reset"}    user globals, imports and buffers cleared
   {"op":"ping"}     -> {"ev":"pong"}     also answered while code waits for a reply
   {"op":"shutdown"} -> {"ev":"bye"}, then exit 0.  EOF on stdin also exits 0.
@@ -55,10 +56,17 @@ Events, driver -> host
       A field at its default may be left out: "" for stdout/stderr, 0 for the counts, null for
       error/traceback/submitted, false for timed_out (a trivial block's event is its id and
       variables)
-  {"ev":"call","id":N,"kind":K,"args":{...}}   the code is blocked until the matching reply:
+  {"ev":"call","id":N,"call":K,"kind":C,"args":{...}}   the thread that made the call is
+      blocked until the matching reply; K numbers the calls of a driver. Calls from several
+      threads are open at once (over --serve, one at a time), answered in any order; the done
+      event comes after the last of them is answered:
       llm_query          {"prompt","model"}   -> results: [text]
       llm_query_batched  {"prompts","model"}  -> results: one text per prompt, in order
+      llm_query_batched_start  {"prompts","model"}  -> results: [batch number]; the batch runs on
+      llm_query_batched_next   {"batch"}  -> results: [[index, text], ...], the answers that
+                         arrived since the last next (at least one; waits for it), until all have
       rlm_query          {"task","context"}   -> results: [text]
+      rlm_query_batched  {"tasks","contexts"} -> results: one text per task, in order
   {"ev":"error","message":"..."}               a request that cannot be served; the driver goes on
 
 Execute semantics
@@ -91,6 +99,12 @@ Execute semantics
   raise ValueError naming the limit. When the only output is `answer`, a global `Final` bound
   to a new object by a block that ends without error counts as SUBMIT(answer=Final) (as in
   the paper's code); with other outputs it is an ordinary variable.
+- FINAL(value) is SUBMIT(value) for a task with one output (with several it raises TypeError
+  saying to call SUBMIT with every field). FINAL_VAR(v) is FINAL of a variable: a str written
+  in the call that is a Python name ("x", or ' "x" ') names the variable (NameError when there
+  is none), any other value (a str a variable holds among them) is taken as it is. Each ends
+  the block at the call as SUBMIT does: what follows, a second FINAL or SUBMIT included, never
+  runs.
 - error is "Type: message" ("SyntaxError: msg (line L)" for syntax errors); traceback shows
   only frames outside the driver, with source lines from cells named <rlm-cell-K>.
 - timeout: SIGALRM raises TimeoutError("execution exceeded S seconds") in the user's code and
@@ -99,10 +113,13 @@ Execute semantics
   many quick blocks in a row. Code that stops the timer around the signal module (through
   _signal or ctypes) is stopped by the host instead, which restarts the driver.
 - Helpers (builtins of the namespace, so they survive reset, never show up in variables, and a
-  user global of the same name only shadows them): SUBMIT, llm_query(prompt, model=None),
-  llm_query_batched(prompts, model=None), rlm_query(task, context=None), budget(), add_buffer(name,
-  value), get_buffer(name), clear_buffer(name=None), SHOW_VARS(). A reply with error raises
-  RuntimeError(message). Calls from threads are serialised; they fail outside an execute.
+  user global of the same name only shadows them): SUBMIT, FINAL, FINAL_VAR,
+  llm_query(prompt, model=None, images=None),
+  llm_query_batched(prompts, model=None), llm_query_batched_iter(prompts, model=None) (yields
+  (index, answer) as answers arrive), rlm_query(task, context=None), budget(), add_buffer(name,
+  value), get_buffer(name), clear_buffer(name=None), SHOW_VARS(),
+  rlm_query_batched(tasks, contexts=None). A reply with error raises RuntimeError(message).
+  Calls from threads go side by side; they fail outside an execute.
 - variables lists user globals except modules and __dunder__ names: type name, len or null,
   and a repr preview of at most 100 characters (computed in bounded time for big containers);
   at most 50 of them, so the event stays small and quick whatever the code defines;
@@ -118,6 +135,8 @@ Execute semantics
 carries one request line and gets one event line, then is closed; an execute that calls
 llm_query answers its connection with the call event, and the next connection must carry the
 reply. --client prints the one event line and exits 0, or exits 2 with a message on stderr.
+With --request-id ID the line goes as "@ID <request>": the driver answers each id once, and a
+repeat of the last id gets that answer again without running anything.
 """
 import builtins
 import fcntl

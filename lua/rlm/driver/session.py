@@ -18,10 +18,19 @@ class Session:
         self.default_output_chars = settings.get("max_output_chars", DEFAULT_OUTPUT_CHARS)
         self.default_max_submit = settings.get("max_submit_bytes")
         self.default_payload_min = settings.get("payload_min")
-        # One protocol exchange at a time: user threads may call llm_query concurrently.
+        # Guards the calls' state and whole lines on the wire: user threads call side by side.
         self.io_lock = _thread.allocate_lock()
+        self.serial_lock = _thread.allocate_lock()   # one call at a time where the transport asks
+        self.open_calls = {}   # call number -> the lock its thread waits on
+        self.replies = {}      # call number -> its reply, until its thread takes it
+        self.call_number = 0
+        self.reading = False   # a waiting thread reads requests for all of them
+        self.idle = _thread.allocate_lock()   # held while any call is open
+        self.paused_left = 0.0   # the block's time left when its timer was stopped for calls
         self.builtins = dict(vars(builtins))
         self.builtins.update(make_helpers(self))
+        # for the host's load of a long context (rlm.run), under a name no code would pick
+        self.builtins["__rlm_read_text__"] = read_text
         self.buffers = {}
         self.cells = []   # the source of cell K at K - 1: <rlm-cell-K> in tracebacks
         self.ns = None
@@ -316,11 +325,56 @@ class Session:
             if sys.gettrace() is not None or sys.getprofile() is not None:
                 sys.settrace(None)
                 sys.setprofile(None)
-            with self.io_lock:   # a call a thread of the code makes reads these
-                self.running = self.block_running = False
+            with self.io_lock:   # no call opens from here on, and an alarm is only noted
+                self.running = False
                 self.in_protocol = True
+            with self.idle:   # a user thread inside a call finishes it first
+                pass
+            self.block_running = False
             if _signal.getsignal(_signal.SIGALRM) is not self.alarm_handler:
                 _signal.signal(_signal.SIGALRM, self.alarm_handler)
+
+    # -- calls (calls.py), each under io_lock
+
+    def pause_timer(self):
+        """The first call opened: the block's timer stands still until the last one closes."""
+        self.idle.acquire()
+        self.in_protocol = True
+        self.paused_left = _signal.setitimer(_signal.ITIMER_REAL, 0)[0]
+        self.timer_end = None
+
+    def close_call(self, number):
+        """Forgets call `number`; the last one to close starts the block's timer again."""
+        if self.open_calls.pop(number, None) is None:
+            return
+        self.replies.pop(number, None)
+        if self.open_calls:
+            return
+        self.idle.release()
+        # A thread's call may end after the block's code did: the timer then stays stopped.
+        if self.running and self.block_running:
+            self.in_protocol = False
+            left = self.paused_left
+            if self.late_alarm:  # re-fire at once, so it lands in the main thread
+                self.late_alarm = False
+                left = 1e-6
+            if left > 0:   # the end is taken before: the timer never runs out sooner
+                self.timer_end = monotonic() + left
+                _signal.setitimer(_signal.ITIMER_REAL, left)
+
+    def take_reply(self, req):
+        """Hands a request read while calls wait to the call it answers (no "call": the
+        first open one); anything else is answered with an error line."""
+        number = req.get("call")
+        if number is None and self.open_calls:
+            number = min(self.open_calls)
+        if req.get("op") == "reply" and req.get("id") == self.request_id and \
+                number in self.open_calls and number not in self.replies:
+            self.replies[number] = req
+            return
+        self.transport.send(error_line(
+            f"code is waiting for replies to calls {sorted(self.open_calls)} of request "
+            f"{self.request_id!r}; got {req.get('op')!r} (call {number!r})"))
 
     def arm_timer(self, timeout):
         """Arms the timer for a block of `timeout` seconds, a little late (TIMER_SLACK), or

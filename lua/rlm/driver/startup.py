@@ -5,7 +5,7 @@
 USAGE = ("usage: driver.py ([--stdio] [--capture-dir DIR] | --serve PATH) [--site-dir DIR] "
          "[--max-output-chars N] "
          "[--max-submit-bytes B] [--payload-min N] | "
-         "--client PATH (--request-file FILE | --request-b64 B64) | "
+         "--client PATH (--request-file FILE | --request-b64 B64) [--request-id ID] | "
          "--wait-ready PREFIX [--timeout S]")
 # The settings an execute may leave out (see the docstring): option -> (field, least value).
 SETTINGS = {"--max-output-chars": ("max_output_chars", 2), "--max-submit-bytes":
@@ -18,8 +18,8 @@ def parse_args(argv):
     for arg in args:
         if arg == "--stdio":
             continue
-        if arg not in ("--serve", "--client", "--request-file", "--request-b64", "--capture-dir",
-                       "--wait-ready", "--timeout", "--site-dir") and arg not in SETTINGS:
+        if arg not in ("--serve", "--client", "--request-file", "--request-b64", "--request-id",
+                       "--capture-dir", "--wait-ready", "--timeout", "--site-dir") and arg not in SETTINGS:
             raise ValueError(f"unknown argument {arg!r}")
         value = next(args, None)
         if value is None:
@@ -48,6 +48,9 @@ def client(path, opts):
     except OSError as e:
         sys.stderr.write(f"rlm driver client: no driver is listening at {path} ({e.strerror})\n")
         return 2
+    request_id = opts.get("--request-id")
+    if request_id is not None:
+        request = b"@" + request_id.encode() + b" " + request
     sock.sendall(request.rstrip(b"\n") + b"\n")
     line = recv_line(sock)
     if not line:

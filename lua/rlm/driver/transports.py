@@ -19,6 +19,8 @@ def moved_high(fd):
     return high
 
 class Stdio:
+    side_by_side = True   # calls from threads may be open at once
+
     def __init__(self, fd_in, fd_out):
         self.inp = io.open(fd_in, "rb")
         self.out = fd_out
@@ -47,6 +49,7 @@ class Stdio:
 
 class NoTransport:
     """The transport of a process the code forked: the host's dialogue is its parent's."""
+    side_by_side = False
 
     def fail(self, *args):
         raise RuntimeError("a forked process cannot talk to the host (llm_query and the other "
@@ -68,6 +71,8 @@ def recv_line(conn):
 
 
 class SocketServer:
+    side_by_side = False   # a call event ends its connection: the next one carries the reply
+
     def __init__(self, path):
         import socket
         import stat
@@ -81,6 +86,13 @@ class SocketServer:
         self.sock.bind(path)
         self.sock.listen(16)
         self.conn = None
+        # A request line may start with "@ID ": the host sends it again, with the same id, when
+        # its HTTP call broke or ran out of time (Daytona's daemon runs the client whether or
+        # not anyone waits for it). The last answer given under an id is given again, so a
+        # repeat never runs the code twice. Requests are one at a time: a repeat is accepted
+        # only once the first has been answered.
+        self.request_id = None
+        self.answered = (None, None)
 
     def read(self):
         while True:
@@ -91,7 +103,14 @@ class SocketServer:
             except OSError:
                 conn.close()
                 continue
-            self.conn = conn
+            request_id = None
+            if line.startswith(b"@"):
+                request_id, _, line = line[1:].partition(b" ")
+            if request_id is not None and request_id == self.answered[0]:
+                self.conn = conn
+                self.send(self.answered[1])
+                continue
+            self.conn, self.request_id = conn, request_id
             return line
 
     def read_payload(self, size):
@@ -99,6 +118,8 @@ class SocketServer:
 
     def send(self, line, payloads=()):
         conn, self.conn = self.conn, None
+        if self.request_id is not None:
+            self.answered, self.request_id = (self.request_id, line), None
         try:
             conn.sendall(line.encode())
         except OSError:

@@ -8,6 +8,7 @@
 -- the session. Every request must come with a local Host and Origin (or one allowed by the
 -- options), and, when a token is set, with `Authorization: Bearer TOKEN`.
 local async = require "rlm.async"
+local common = require "rlm.backend.common"
 local httpd = require "rlm.core.httpd"
 local json = require "rlm.json"
 local mcp = require "rlm.mcp.server"
@@ -62,7 +63,7 @@ Transport.__index = Transport
 --- opts: host (bound address), token, allowed_hosts (list of extra Host names),
 -- allowed_origins (list of extra origins, "scheme://host[:port]").
 function M.new(server, opts)
-  local self = setmetatable({server = server, opts = opts, sessions = {}, open = 0,
+  local self = setmetatable({server = server, opts = opts, sessions = {}, open = 0, requests = 0,
                              started = {at = sys.now(), version = require("rlm.core.host").version}},
                             Transport)
   self.hosts = {}
@@ -92,7 +93,8 @@ function Transport:session_of(req, id)
   local sid = req:header("Mcp-Session-Id")
   if not sid then
     return nil, 400, mcp.error_response(id, mcp.INVALID_REQUEST,
-                                        "Bad Request: the Mcp-Session-Id header is required")
+                                        "Bad Request: the Mcp-Session-Id header is required (protocol 2025-11-25 " ..
+                                        "and older; 2026-07-28 needs none, but params._meta)")
   end
   local session = self.sessions[sid]
   if not session then
@@ -155,26 +157,96 @@ function Transport:initialize(req, msg)
   end
 end
 
--- While a tool call streams: a comment every KEEPALIVE seconds, so proxies do not cut a quiet
--- stream, and a cancel of the call when the client goes away (its result has nowhere to go;
--- the sandbox must not run on). Returns a table whose `done` ends the watch.
+-- The name a request's Mcp-Name header carries: the tool or prompt, the resource, the task.
+local function name_of(msg)
+  local p = type(msg.params) == "table" and msg.params or {}
+  if msg.method == "tools/call" or msg.method == "prompts/get" then return p.name end
+  if msg.method == "resources/read" then return p.uri end
+  if msg.method:match("^tasks/") then return p.taskId end
+end
+
+-- A header's value as the client meant it: plain, or base64 inside "=?base64?...?=".
+local function header_value(value)
+  value = value and value:match("^[ \t]*(.-)[ \t]*$")
+  local encoded = value and value:match("^=%?base64%?(.*)%?=$")
+  if encoded then return common.base64_decode(encoded) end
+  return value
+end
+
+-- For the stateless revision: the standard headers must say what the body says (a proxy may
+-- route on one and the server act on the other). Returns nil, or what differs.
+local function header_check(req)
+  return function(msg, meta)
+    local version = req:header("MCP-Protocol-Version")
+    if version ~= meta[mcp.META_VERSION] then
+      return ("MCP-Protocol-Version header %s, but params._meta says %s"):format(
+        version or "missing", tostring(meta[mcp.META_VERSION]))
+    end
+    local method = req:header("Mcp-Method")
+    if method ~= msg.method then
+      return ("Mcp-Method header %s, but the body's method is %s"):format(method or "missing", msg.method)
+    end
+    local name = name_of(msg)
+    if type(name) == "string" and header_value(req:header("Mcp-Name")) ~= name then
+      return ("Mcp-Name header %s, but the body names %s"):format(req:header("Mcp-Name") or "missing", name)
+    end
+  end
+end
+
+-- Answers a request through handle(channel) -> reply, status. What the call sends before its
+-- reply (progress, log messages, the server's requests) goes on an SSE stream, opened at once
+-- when eager, else when the first such message comes (a call that sends none is answered as one
+-- JSON body with its status). While the call runs, a comment every KEEPALIVE seconds keeps
+-- proxies from cutting a quiet stream, and cancel(channel) runs when the client goes away (the
+-- result has nowhere to go; the sandbox must not run on).
 local KEEPALIVE = 15
 
-local function watch_stream(req, session, id)
+local function answer_streaming(req, eager, cancel, handle)
+  local open = false
+  local function start()
+    if open then return end
+    open = true
+    req:stream(200, {["Content-Type"] = "text/event-stream", ["Cache-Control"] = "no-cache",
+                     ["Connection"] = "keep-alive"})
+  end
+  local channel = {send = function(m) start(); req:send(sse(m)) end}
+  if eager then start() end
   local watch = {done = false}
   async.spawn(function()
     while not watch.done do
       local ended = async.await(req:id(), KEEPALIVE)
       if watch.done then break end
       if ended or req:gone() then
-        session:cancel(id, "the HTTP client disconnected")
+        cancel(channel)
         break
       end
+      start()
       req:send(": keep-alive\n\n")
     end
     async.forget(req:id())
   end)
-  return watch
+  local ok, reply, status = pcall(handle, channel)
+  watch.done = true
+  if not ok then error(reply, 0) end
+  if open then
+    if reply then req:send(sse(reply)) end
+    return req:finish()
+  end
+  if reply then return reply_json(req, status or 200, reply) end
+  req:respond(202, {}, "")
+end
+
+-- A request of the stateless revision: no session; the headers must match the body.
+function Transport:stateless(req, msg, wants_sse)
+  local check = header_check(req)
+  if wants_sse and mcp.kind(msg) == "request" and msg.method == "tools/call" then
+    return answer_streaming(req, false, function(channel)
+      if channel.session then channel.session:cancel(msg.id, "the HTTP client disconnected") end
+    end, function(channel) return self.server:handle_stateless(msg, channel, check) end)
+  end
+  local reply, status = self.server:handle_stateless(msg, {send = function() end}, check)
+  if reply then return reply_json(req, status, reply) end
+  req:respond(status == 200 and 202 or status, {}, "")
 end
 
 function Transport:post(req)
@@ -200,6 +272,10 @@ function Transport:post(req)
     return reply_json(req, 200, replies)
   end
   if not msg then return reply_json(req, 400, err_reply) end
+  if not req:header("Mcp-Session-Id") and (mcp.stateless_version(req:header("MCP-Protocol-Version"))
+                                           or mcp.is_stateless(msg)) then
+    return self:stateless(req, msg, wants_sse)
+  end
   local kind = mcp.kind(msg)
   if kind == "request" and msg.method == "initialize" then return self:initialize(req, msg) end
   local session, status, err = self:session_of(req, msg.id)
@@ -210,15 +286,8 @@ function Transport:post(req)
     return req:respond(202, {}, "")
   end
   if wants_sse and msg.method == "tools/call" then
-    req:stream(200, {["Content-Type"] = "text/event-stream", ["Cache-Control"] = "no-cache",
-                     ["Connection"] = "keep-alive"})
-    local channel = {send = function(m) req:send(sse(m)) end}
-    local watch = watch_stream(req, session, msg.id)
-    local reply = session:handle(msg, channel)
-    watch.done = true
-    if reply then req:send(sse(reply)) end
-    req:finish()
-    return
+    return answer_streaming(req, true, function() session:cancel(msg.id, "the HTTP client disconnected") end,
+                            function(channel) return session:handle(msg, channel) end)
   end
   local reply = session:handle(msg, DROP)
   if reply then return reply_json(req, 200, reply) end
@@ -269,10 +338,24 @@ function Transport:sweep()
   for _, sid in ipairs(ended) do self:end_session(sid) end
 end
 
+M.SHUTTING_DOWN = "the server is shutting down: call again once it is back"
+local ANSWER_GRACE = 5     -- seconds the calls ended by a shutdown get to send their errors
+
+-- Ends every session; each call still running is answered with an error that says so, and the
+-- answers get a moment to leave before the listener closes.
 function Transport:close()
   local all = {}
   for sid in pairs(self.sessions) do all[#all + 1] = sid end
-  for _, sid in ipairs(all) do self:end_session(sid) end
+  table.sort(all)
+  for _, sid in ipairs(all) do
+    local session = self.sessions[sid]
+    self.sessions[sid] = nil
+    self.open = self.open - 1
+    session:close(M.SHUTTING_DOWN)
+  end
+  self.server:close_all(M.SHUTTING_DOWN)
+  local deadline = sys.now() + ANSWER_GRACE
+  while self.requests > 0 and sys.now() < deadline do async.sleep(0.02) end
 end
 
 --- Listens and serves until interrupted. on_ready(port) is called once requests are accepted.
@@ -291,7 +374,9 @@ function M.serve(server, opts, on_ready)
         local req = listener:next()
         if not req then break end
         async.spawn(function()
+          self.requests = self.requests + 1
           local fine, why = pcall(self.handle, self, req)
+          self.requests = self.requests - 1
           if not fine then
             server:log("HTTP request failed: " .. tostring(why))
             pcall(reply_text, req, 500, "internal error")

@@ -5,6 +5,7 @@ local async = require "rlm.async"
 local json = require "rlm.json"
 local mcp = require "rlm.mcp.server"
 local stdio = require "rlm.core.stdio"
+local sys = require "rlm.sys"
 
 local M = {}
 
@@ -21,6 +22,7 @@ end
 local channel = {send = write}
 
 local running = 0     -- requests not answered yet
+local ANSWER_GRACE = 5  -- seconds the calls ended by an interrupt get to send their errors
 
 local function dispatch(session, line)
   local msg, batch = mcp.decode(line, session)
@@ -32,6 +34,19 @@ local function dispatch(session, line)
       local ok, replies = pcall(session.handle_batch, session, msg, channel)
       running = running - 1
       if ok and #replies > 0 then write(replies) end
+    end)
+    return
+  end
+  if mcp.is_stateless(msg) then
+    -- The stateless revision: the request is its own session, with its own channel.
+    running = running + 1
+    async.spawn(function()
+      local ok, reply = pcall(session.server.handle_stateless, session.server, msg, {send = write})
+      running = running - 1
+      if not ok then
+        reply = mcp.error_response(msg.id, mcp.INTERNAL_ERROR, "Internal error: " .. tostring(reply))
+      end
+      if reply then write(reply) end
     end)
     return
   end
@@ -75,8 +90,17 @@ function M.serve(server)
     end
     while running > 0 do async.sleep(0.01) end
   end)
-  session:close()        -- also on an interrupt: the session's sandboxes end with it
-  if not ok then error(err, 0) end
+  if not ok then
+    -- Interrupted: the calls still running are answered with an error saying so, and their
+    -- sandboxes end with the sessions.
+    local why = "the server is shutting down: call again once it is back"
+    session:close(why)
+    server:close_all(why)
+    local deadline = sys.now() + ANSWER_GRACE
+    while running > 0 and sys.now() < deadline do async.sleep(0.01) end
+    error(err, 0)
+  end
+  session:close()
   return 0
 end
 

@@ -21,6 +21,9 @@ local registry = require "rlm.registry"
 local M = {}
 
 local SESSION_LIFETIME = 24 * 3600   -- the persistent sandbox lives as long as the session
+-- ...but on Daytona one nobody uses stops, and so is deleted, after this long: the server frees
+-- it sooner (sandbox_idle), so this only ends one the server lost (a crash, a kill -9).
+local SESSION_IDLE = 15 * 60
 local DECOMPOSE_CONCURRENCY = 2
 
 -- ---------------------------------------------------------------- helpers
@@ -70,13 +73,66 @@ local function object(properties, required)
           additionalProperties = false}
 end
 
-local RUN_OUTPUT = object({
+-- The `workspace` argument of the tools that keep a sandbox between calls, and its echo.
+local WORKSPACE = {type = "string", description = "the handle an earlier call returned: run in " ..
+  "that call's sandbox (files and variables kept). Without it: this session's sandbox, or, on " ..
+  "protocol 2026-07-28 (no sessions), a new one whose handle the result gives"}
+
+local function in_workspace(schema)
+  schema.properties.workspace = WORKSPACE
+  return schema
+end
+
+local function out_workspace(schema)
+  schema.properties.workspace = {type = "string", description = "the sandbox's handle (workspace)"}
+  return schema
+end
+
+-- A payload (output, answers) up to INLINE bytes travels twice: in the text for the model and
+-- in structuredContent, as the spec suggests for older clients. A bigger one travels once, in
+-- the text; structuredContent then lists its fields in `omitted`. An answer over what one
+-- message carries at all is saved as a file in the sandbox (keep_oversize).
+local INLINE = 64 * 1024
+
+local BIG_FIELDS = {
+  omitted = {type = "array", items = {type = "string"}, description = "fields left out here " ..
+             "because they were big: their text is in the content, sent once"},
+  saved_to = {type = "string", description = "the answer was too big for one message: it is " ..
+              "this file in the sandbox (read it with sandbox_download)"},
+  saved_bytes = {type = "integer", description = "the size of that file"},
+}
+
+local function with_big_fields(properties)
+  for k, v in pairs(BIG_FIELDS) do properties[k] = v end
+  return properties
+end
+
+local function payload_once(structured, fields)
+  local size = 0
+  for _, f in ipairs(fields) do
+    local v = structured[f]
+    if type(v) == "string" then size = size + #v elseif v ~= nil then size = size + #json.encode(v) end
+  end
+  if size <= INLINE then return structured end
+  local omitted = json.array()
+  for _, f in ipairs(fields) do
+    if structured[f] ~= nil and structured[f] ~= "" then
+      structured[f] = nil
+      omitted[#omitted + 1] = f
+    end
+  end
+  structured.omitted = omitted
+  return structured
+end
+
+local RUN_OUTPUT = object(with_big_fields{
   stdout = {type = "string"}, stderr = {type = "string"},
   error = {type = "string", description = "the Python exception, when the code raised"},
   duration = {type = "number"}, timed_out = {type = "boolean"},
   state_lost = {type = "boolean"},
   submitted = {type = "object", description = "fields passed to SUBMIT(...), if it was called"},
-}, {"stdout", "stderr", "duration"})
+  workspace = {type = "string", description = "the sandbox's handle (workspace)"},
+}, {"duration"})
 
 -- The MCP result of one execute(): text for the model, the same facts as structuredContent.
 local function run_result(out, run)
@@ -88,7 +144,8 @@ local function run_result(out, run)
   local structured = {stdout = run.stdout, stderr = run.stderr, error = run.error,
                       duration = run.duration, timed_out = run.timed_out,
                       state_lost = run.state_lost, submitted = out and json.object(out) or nil}
-  return mcp.text_result(#parts > 0 and table.concat(parts, "\n") or "(no output)", structured)
+  return mcp.text_result(#parts > 0 and table.concat(parts, "\n") or "(no output)",
+                         payload_once(structured, {"stdout", "stderr", "submitted"}))
 end
 
 -- A lock whose holder may be cancelled: release wakes every waiter and each checks again, so
@@ -133,9 +190,11 @@ Server.__index = Server
 
 -- A call's code runs for minutes, not the sandbox's lifetime: a stuck call would hold the
 -- session's sandbox (and its lock) for a day.
-function Server:interpreter(lifetime)
-  return require("rlm").interpreter{backend = self.cfg.backend, timeout = lifetime,
-                                    execute_timeout = self.cfg.execute_timeout or M.CALL_TIMEOUT}
+function Server:interpreter(lifetime, idle)
+  local backend = self.cfg.backend or require("rlm.interpreter").defaults.backend
+  return require("rlm").interpreter{backend = backend, timeout = lifetime,
+                                    execute_timeout = self.cfg.execute_timeout or M.CALL_TIMEOUT,
+                                    idle_timeout = backend == "daytona" and idle or nil}
 end
 
 -- The session's persistent sandbox, started on first use. Calls on it take turns: the caller
@@ -147,7 +206,7 @@ function Server:session_interp(ctx)
   if st.interp == nil or st.interp.closed then
     -- this call runs in a new sandbox: it is the one to say that the old one was freed
     ctx.sandbox_freed, st.freed_after = st.freed_after, nil
-    local ok, interp = pcall(self.interpreter, self, SESSION_LIFETIME)
+    local ok, interp = pcall(self.interpreter, self, SESSION_LIFETIME, SESSION_IDLE)
     if not ok then
       getmetatable(turn).__close()
       error(interp, 0)
@@ -190,7 +249,106 @@ local function with_freed_note(def, result, seconds)
   return result
 end
 
-local USAGE_KEYS = {"calls", "llm_calls", "input_tokens", "output_tokens", "total_tokens", "cost"}
+-- ---------------------------------------------------------------- workspaces
+-- The stateless revision (2026-07-28) has no sessions: a client keeps a sandbox between calls by
+-- passing the handle the first call returned (`workspace`). A workspace is a session's state
+-- without the session; its sandbox is freed after WORKSPACE_SANDBOX_IDLE seconds unused, and the
+-- workspace itself is forgotten after WORKSPACE_IDLE (or, past MAX_WORKSPACES, the oldest unused).
+local WORKSPACE_SANDBOX_IDLE, WORKSPACE_IDLE, MAX_WORKSPACES = 600, 3600, 1000
+
+function Server:sweep_workspaces(now)
+  local n, oldest, oldest_at = 0, nil, math.huge
+  for handle, ws in pairs(self.workspaces) do
+    local idle = now - ws.used
+    local busy = ws.state.lock and ws.state.lock.held
+    if not busy and idle > WORKSPACE_IDLE then
+      self:close_session(ws)
+      self.workspaces[handle] = nil
+    else
+      if not busy and idle > WORKSPACE_SANDBOX_IDLE then self:free_sandbox(ws, WORKSPACE_SANDBOX_IDLE) end
+      n = n + 1
+      if not busy and ws.used < oldest_at then oldest, oldest_at = handle, ws.used end
+    end
+  end
+  if n >= MAX_WORKSPACES and oldest then
+    self:close_session(self.workspaces[oldest])
+    self.workspaces[oldest] = nil
+  end
+end
+
+-- Points ctx.state at the workspace args.workspace names, or at a new one when a stateless
+-- request names none (its handle is returned). nil, err for a handle this server does not know.
+function Server:use_workspace(args, ctx)
+  local now = require("rlm.sys").now()
+  self:sweep_workspaces(now)
+  local handle = args.workspace
+  if handle == nil and not (ctx.session and ctx.session.stateless) then return nil end
+  if handle == nil then
+    handle = "ws-" .. require("rlm.sys").random_hex(12)
+    self.workspaces[handle] = {state = {}}
+  end
+  local ws = self.workspaces[handle]
+  if not ws then
+    return nil, ("no workspace %s: it ended after %d s unused, or the server restarted. Call " ..
+      "without `workspace` to start a new one."):format(handle, WORKSPACE_IDLE)
+  end
+  ws.used = now
+  ctx.state = ws.state
+  return handle
+end
+
+-- The result of a call in a workspace: its handle in structuredContent, and said in the text
+-- when the call started it.
+local function with_workspace(result, handle, started)
+  if type(result.structuredContent) == "table" then result.structuredContent.workspace = handle end
+  if started and not result.isError then
+    result.content[#result.content + 1] = {type = "text", text = ("[workspace] %s: pass " ..
+      "workspace=\"%s\" to later calls to keep this sandbox's files and variables."):format(handle, handle)}
+  end
+  return result
+end
+
+-- ---------------------------------------------------------------- answers too big to send
+
+-- True when result's JSON is over what one message may carry (cfg.max_result, less room for
+-- what the server adds around it).
+function Server:too_big(result)
+  local cap = self.cfg.max_result
+  if not cap then return false end
+  local ok, text = pcall(json.encode, result)
+  return not ok or #text > cap - 4096
+end
+
+-- A result too big for one message: its text becomes a file in the session's sandbox (or the
+-- workspace handle names), and the result says where and how to read it; its small facts stay.
+function Server:keep_oversize(def, result, ctx, handle)
+  local texts = {}
+  for _, c in ipairs(result.content or {}) do
+    if c.type == "text" then texts[#texts + 1] = c.text end
+  end
+  local text = table.concat(texts, "\n")
+  local path = ("results/%s-%s.txt"):format(def.name, require("rlm.sys").random_hex(4))
+  local interp, turn <close> = self:session_interp(ctx)
+  local ok, err = interp:upload(sandbox_path(path), text)
+  if not ok then
+    return mcp.error_result(("The answer is %d bytes, more than one message carries, and " ..
+      "saving it in the sandbox failed: %s"):format(#text, tostring(err)))
+  end
+  local structured = {}
+  for k, v in pairs(type(result.structuredContent) == "table" and result.structuredContent or {}) do
+    local fits, enc = pcall(json.encode, v)
+    if fits and #enc <= 4096 then structured[k] = v end
+  end
+  structured.saved_to, structured.saved_bytes = path, #text
+  local note = ("The answer is %d bytes, more than one message carries here (rlm mcp " ..
+    "--max-result %d). It is saved in the sandbox as %s: read it with sandbox_download " ..
+    "(path=\"%s\"%s), which sends it in parts (offset, length)."):format(#text,
+    self.cfg.max_result, path, path, handle and (', workspace="' .. handle .. '"') or "")
+  return mcp.text_result(note, structured, result.isError)
+end
+
+local USAGE_KEYS = {"calls", "llm_calls", "input_tokens", "output_tokens", "total_tokens", "cost",
+                    "cache_read_tokens", "cache_write_tokens", "prompt_cache_saved"}
 
 function Server:add_usage(usage)
   if type(usage) ~= "table" then return end
@@ -198,9 +356,20 @@ function Server:add_usage(usage)
   budget.add_usage(self.totals, usage, USAGE_KEYS)
 end
 
--- One rlm.run with progress reported per turn (or by stage(e)); returns the result table.
+-- What the run of opts would cost (rlm.preview), worked out before it starts; nil when a dry
+-- run cannot tell (the run itself then says why).
+local function estimate(opts)
+  local dry = {dry_run = true}
+  for k, v in pairs(opts) do if k ~= "on_event" then dry[k] = v end end
+  local ok, res = pcall(require("rlm").run, dry)
+  return ok and res.preview or nil
+end
+
+-- One rlm.run with progress reported per turn (or by stage(e)); returns the result table, with
+-- the estimate made before it started.
 function Server:run_loop(ctx, opts, stage)
   opts.model, opts.backend = self.cfg.model, self.cfg.backend
+  local before = estimate(opts)
   opts.on_event = function(e)
     if e.type == "budget_warning" then
       ctx.log("warning", ("budget: %s has %.4g of %.4g left"):format(e.limit, e.remaining, e.of), "rlm")
@@ -211,9 +380,10 @@ function Server:run_loop(ctx, opts, stage)
       end
       -- A log line per turn: what a client shows of a long run even without progress.
       local u = e.usage or {}
-      ctx.log("info", ("turn %d of at most %d: %d tokens, %d sub-calls, $%.4f, %.1f s"):format(
+      local cache = budget.cache_words(u)
+      ctx.log("info", ("turn %d of at most %d: %d tokens, %d sub-calls, $%.4f, %.1f s%s"):format(
         e.turn, e.max_iterations, u.total_tokens or 0, u.llm_calls or 0, u.cost or 0,
-        u.elapsed or 0), "rlm")
+        u.elapsed or 0, cache ~= "" and ", " .. cache or ""), "rlm")
     end
   end
   -- A cancelled call's task is closed mid-run: the count drops in a <close> handler.
@@ -222,6 +392,7 @@ function Server:run_loop(ctx, opts, stage)
   local ok, res = pcall(require("rlm").run, opts)
   if not ok then error(res, 0) end
   self:add_usage(res.usage)
+  res.estimate = before
   return res
 end
 
@@ -229,9 +400,9 @@ end
 -- structuredContent; a run without an answer is an error result that says why.
 local function loop_result(res, outputs)
   local fields = res.fields or {}
-  local structured = {fields = json.object(fields), reason = res.reason, detail = res.detail,
-                      iterations = res.iterations, submitted = res.submitted,
-                      extracted = res.extracted, usage = res.usage}
+  local structured = payload_once({fields = json.object(fields), reason = res.reason,
+                      detail = res.detail, iterations = res.iterations, submitted = res.submitted,
+                      extracted = res.extracted, usage = res.usage, estimate = res.estimate}, {"fields"})
   if not res.submitted and not res.extracted then
     return mcp.text_result(("The run ended without an answer: %s%s"):format(tostring(res.reason),
                            res.detail and " (" .. res.detail .. ")" or ""), structured, true)
@@ -260,6 +431,36 @@ local PACKAGES = " Python's standard library is there; other packages (numpy, pa
   "when installed for the sandbox's Python (Debian's python3-* packages, or RLM_VENV): check " ..
   "with importlib.util.find_spec before relying on one."
 
+-- ---------------------------------------------------------------- files in parts
+
+local function sh_quote(s)
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+-- Writes data to path: its size, or nil, err.
+local function write_file(interp, path, data)
+  local ok, err = interp:upload(path, data)
+  if not ok then return nil, err end
+  return #data
+end
+
+-- Adds data at the end of path (made when missing): the file's size after, or nil, err. The
+-- part travels as a file of its own beside the target, which a shell command then appends, so
+-- no part of the file is read back.
+local function append_part(interp, path, data)
+  local part = path .. ".rlm-part"
+  local ok, err = interp:upload(part, data)
+  if not ok then return nil, err end
+  local res, why = interp:shell(("cat %s >> %s && rm -f %s && wc -c < %s"):format(
+    sh_quote(part), sh_quote(path), sh_quote(part), sh_quote(path)), 120)
+  if not res then return nil, "appending to " .. path .. ": " .. tostring(why) end
+  if res.exit ~= 0 then return nil, ("appending to %s: %s"):format(path, res.output) end
+  return tonumber(res.output:match("%d+"))
+end
+
+local REASONING = str("how much a reasoning model thinks before each answer (rlm.run's " ..
+  "reasoning_effort; default: the model's own)", {enum = {"minimal", "low", "medium", "high"}})
+
 -- ---------------------------------------------------------------- the tool set
 -- One entry a tool, in the order clients see them: name, title, description, inputSchema,
 -- outputSchema (optional), annotations, aliases (rlm-mcp's argument names), and how it runs:
@@ -267,6 +468,8 @@ local PACKAGES = " Python's standard library is there; other packages (numpy, pa
 --                                              in rlm.prompts as mcp_*)
 --   session = function(interp, args) -> result  on the session's persistent sandbox, in turn
 --   run = function(server, args, ctx) -> result anything else
+-- and task = "optional" for the long ones: on protocol 2026-07-28 they run as tasks for clients
+-- that take them (rlm.mcp.tasks).
 M.definitions = {
   {
     name = "rlm_execute", title = "Run a task with a Recursive Language Model",
@@ -279,7 +482,9 @@ M.definitions = {
       outputs = {type = "array", items = {type = "string"},
                  description = "names of the output fields (default: answer)"},
       max_iterations = integer("turns before the run gives up (default 20)", 1, 100),
+      reasoning_effort = REASONING,
     }, {"task"}),
+    task = "optional",   -- a client that takes tasks gets a handle at once
     annotations = {readOnlyHint = false, openWorldHint = true},
     loop = function(args)
       local outputs = (args.outputs and #args.outputs > 0) and args.outputs or {"answer"}
@@ -294,7 +499,9 @@ M.definitions = {
     inputSchema = object({
       data = str("the data to analyze"),
       question = str("the question to answer", {minLength = 1}),
+      reasoning_effort = REASONING,
     }, {"data", "question"}),
+    task = "optional",   -- a client that takes tasks gets a handle at once
     annotations = {readOnlyHint = true, openWorldHint = true},
     loop = function(args)
       return {task = prompts.render(prompts.mcp_analyze, {question = args.question}),
@@ -310,8 +517,10 @@ M.definitions = {
       language = str("the language (default python; others run through subprocess)"),
       tests = str("test cases or checks the code must pass"),
       context = str("existing code or data the task refers to"),
+      reasoning_effort = REASONING,
     }, {"task"}),
     aliases = {description = "task"},
+    task = "optional",   -- a client that takes tasks gets a handle at once
     annotations = {readOnlyHint = true, openWorldHint = true},
     loop = function(args)
       local task = prompts.render(prompts.mcp_code, {language = args.language or "python",
@@ -329,14 +538,17 @@ M.definitions = {
       task = str("the task to split", {minLength = 1}),
       context = str("material every sub-task may use"),
       max_subtasks = integer("at most this many sub-tasks (default 5)", 1, 10),
+      reasoning_effort = REASONING,
     }, {"task"}),
     aliases = {complex_task = "task", num_subtasks = "max_subtasks"},
+    task = "optional",   -- a client that takes tasks gets a handle at once
     annotations = {readOnlyHint = false, openWorldHint = true},
     run = function(server, args, ctx)
       local n = args.max_subtasks or 5
       local plan = server:run_loop(ctx, {
         task = prompts.render(prompts.mcp_plan, {max_subtasks = n, task = args.task}),
-        context = args.context, outputs = {"subtasks"}, max_iterations = 6},
+        context = args.context, outputs = {"subtasks"}, max_iterations = 6,
+        reasoning_effort = args.reasoning_effort},
         function() ctx.progress(0.5, n + 2, "planning") end)
       local subtasks = plan.fields and plan.fields.subtasks
       if type(subtasks) ~= "table" or #subtasks == 0 then
@@ -351,7 +563,7 @@ M.definitions = {
         tasks[i] = cancellable(ctx, function()
           sem.acquire()
           local ok, res = pcall(server.run_loop, server, ctx, {task = sub, context = args.context,
-                                                               outputs = {"answer"}}, function() end)
+            outputs = {"answer"}, reasoning_effort = args.reasoning_effort}, function() end)
           sem.release()
           done = done + 1
           ctx.progress(done, #subtasks + 2, "sub-task " .. i .. " finished")
@@ -390,11 +602,11 @@ M.definitions = {
     description = "Run Python in this session's persistent sandbox: variables, imports and " ..
       "files stay between calls. `reset` clears the variables first (files stay). Cancelling " ..
       "a call ends the sandbox; the next call starts a fresh one." .. PACKAGES,
-    inputSchema = object({
+    inputSchema = in_workspace(object({
       code = str("Python source to run"),
       reset = {type = "boolean", description = "clear the Python state before running"},
       timeout = CODE_TIMEOUT,
-    }, {"code"}),
+    }, {"code"})),
     outputSchema = RUN_OUTPUT,
     annotations = {readOnlyHint = false, destructiveHint = false, openWorldHint = false},
     session = function(interp, args)
@@ -405,14 +617,19 @@ M.definitions = {
   {
     name = "sandbox_upload", title = "Write a file into the session's sandbox",
     description = "Write a file into the persistent sandbox (relative paths are under the " ..
-      "workspace, the code's working directory).",
-    inputSchema = object({
+      "workspace, the code's working directory). A file bigger than one request carries goes " ..
+      "in parts: the first call writes it, each next one passes append=true.",
+    inputSchema = in_workspace(object({
       path = str("where to write it", {minLength = 1}),
       content = str("the file's content"),
       encoding = {type = "string", enum = json.array{"utf-8", "base64"},
                   description = "how content is encoded (default utf-8)"},
-    }, {"path", "content"}),
-    outputSchema = object({path = {type = "string"}, bytes = {type = "integer"}}, {"path", "bytes"}),
+      append = {type = "boolean", description = "add content at the end of the file instead " ..
+                "of replacing it (how a big file is sent in parts)"},
+    }, {"path", "content"})),
+    outputSchema = out_workspace(object({path = {type = "string"}, bytes = {type = "integer"},
+      size = {type = "integer", description = "the file's size after this call"}},
+      {"path", "bytes", "size"})),
     annotations = {readOnlyHint = false, destructiveHint = true, openWorldHint = false},
     run = function(server, args, ctx)
       local data = args.content
@@ -422,10 +639,10 @@ M.definitions = {
         data = decoded
       end
       local interp, turn <close> = server:session_interp(ctx)
-      local ok, err = interp:upload(sandbox_path(args.path), data)
-      if not ok then return mcp.error_result(err) end
-      return mcp.text_result(("wrote %d bytes to %s"):format(#data, args.path),
-                             {path = args.path, bytes = #data})
+      local size, err = (args.append and append_part or write_file)(interp, sandbox_path(args.path), data)
+      if not size then return mcp.error_result(err) end
+      return mcp.text_result(("wrote %d bytes to %s (now %d bytes)"):format(#data, args.path, size),
+                             {path = args.path, bytes = #data, size = size})
     end,
   },
   {
@@ -433,18 +650,18 @@ M.definitions = {
     description = "Read a file from the persistent sandbox. Text comes back as it is, other " ..
       "bytes as base64 (or ask for an encoding). A file too big for one answer comes in parts: " ..
       "the answer says where the next part starts (offset, in bytes of the file).",
-    inputSchema = object({
+    inputSchema = in_workspace(object({
       path = str("the file to read", {minLength = 1}),
       encoding = {type = "string", enum = json.array{"auto", "utf-8", "base64"},
                   description = "auto (default): utf-8 when the bytes are text, else base64"},
       offset = integer("the first byte to read (default 0)", 0),
       length = integer("at most this many bytes (default: as many as one answer carries)", 1),
-    }, {"path"}),
-    outputSchema = object({path = {type = "string"}, bytes = {type = "integer"},
+    }, {"path"})),
+    outputSchema = out_workspace(object({path = {type = "string"}, bytes = {type = "integer"},
                            encoding = {type = "string"}, offset = {type = "integer"},
                            length = {type = "integer"},
                            next_offset = {type = "integer", description = "where the rest starts"}},
-                          {"path", "bytes", "encoding", "offset", "length"}),
+                          {"path", "bytes", "encoding", "offset", "length"})),
     annotations = {readOnlyHint = true, openWorldHint = false},
     session = function(interp, args, server)
       local data, err = interp:download(sandbox_path(args.path))
@@ -470,11 +687,11 @@ M.definitions = {
     name = "sandbox_files", title = "List files in the session's sandbox",
     description = "List the files under a directory of the persistent sandbox (default the " ..
       "workspace), recursively, with their types and sizes.",
-    inputSchema = object({dir = str("the directory to list")}),
+    inputSchema = in_workspace(object({dir = str("the directory to list")})),
     aliases = {path = "dir"},
-    outputSchema = object({files = {type = "array", items = object({
+    outputSchema = out_workspace(object({files = {type = "array", items = object({
       path = {type = "string"}, type = {type = "string"}, size = {type = "integer"}})}},
-      {"files"}),
+      {"files"})),
     annotations = {readOnlyHint = true, openWorldHint = false},
     session = function(interp, args)
       local files, err = interp:files(sandbox_path(args.dir))
@@ -491,17 +708,18 @@ M.definitions = {
     name = "sandbox_shell", title = "Run a shell command in the session's sandbox",
     description = "Run a shell command in the persistent sandbox (in the workspace) and " ..
       "return its exit status and combined output.",
-    inputSchema = object({
+    inputSchema = in_workspace(object({
       command = str("the command line (run by sh -c)", {minLength = 1}),
       timeout = number("seconds before it is stopped (default 60)", 0.1),
-    }, {"command"}),
-    outputSchema = object({exit = {type = "integer"}, output = {type = "string"}}, {"exit", "output"}),
+    }, {"command"})),
+    outputSchema = out_workspace(object(with_big_fields{exit = {type = "integer"},
+                                                        output = {type = "string"}}, {"exit"})),
     annotations = {readOnlyHint = false, destructiveHint = true, openWorldHint = false},
     session = function(interp, args)
       local res, err = interp:shell(args.command, args.timeout or 60)
       if not res then return mcp.error_result("the command could not run: " .. tostring(err)) end
       local text = ("[exit %d]\n%s"):format(res.exit, res.output)
-      return mcp.text_result(text, {exit = res.exit, output = res.output})
+      return mcp.text_result(text, payload_once({exit = res.exit, output = res.output}, {"output"}))
     end,
   },
   {
@@ -525,10 +743,11 @@ M.definitions = {
                       backend = server.cfg.backend or require("rlm.interpreter").defaults.backend,
                       model = server.cfg.model, sandboxes = live, sandbox_ids = ids,
                       runs_in_progress = server.running, usage = totals}
+      local cache = budget.cache_words(totals)
       local text = ("backend %s, model %s, %d live sandbox(es), %d run(s) in progress; " ..
-        "usage: %d runs, %d model calls, %d tokens, $%.4f"):format(status.backend,
+        "usage: %d runs, %d model calls, %d tokens, $%.4f%s"):format(status.backend,
         status.model or "(none: set RLM_MODEL)", live, server.running, totals.runs, totals.calls,
-        totals.total_tokens, totals.cost)
+        totals.total_tokens, totals.cost, cache ~= "" and "; " .. cache or "")
       return mcp.text_result(text, status)
     end,
   },
@@ -536,30 +755,48 @@ M.definitions = {
 
 -- The server's run(args, ctx) for one definition.
 local function runner(server, def)
+  local run = def.run
   if def.loop then
-    return function(args, ctx)
+    run = function(_, args, ctx)
       local opts, outputs = def.loop(args)
+      opts.reasoning_effort = args.reasoning_effort
       return loop_result(server:run_loop(ctx, opts), outputs)
     end
   elseif def.session then
-    return function(args, ctx)
+    run = function(_, args, ctx)
       local interp, turn <close> = server:session_interp(ctx)
-      local result = def.session(interp, args, server)
-      return ctx.sandbox_freed and with_freed_note(def, result, ctx.sandbox_freed) or result
+      return def.session(interp, args, server)
     end
   end
+  local keeps_sandbox = def.inputSchema.properties.workspace ~= nil
   return function(args, ctx)
-    local result = def.run(server, args, ctx)
-    return ctx.sandbox_freed and with_freed_note(def, result, ctx.sandbox_freed) or result
+    local handle, err
+    if keeps_sandbox then
+      handle, err = server:use_workspace(args, ctx)
+      if err then return mcp.error_result(err) end
+    end
+    local started = handle ~= nil and args.workspace == nil
+    local result = run(server, args, ctx)
+    if ctx.sandbox_freed then result = with_freed_note(def, result, ctx.sandbox_freed) end
+    if server:too_big(result) then
+      if not handle then                 -- stateless: the file needs a workspace to stay in
+        handle = server:use_workspace({}, ctx)
+        started = handle ~= nil
+      end
+      result = server:keep_oversize(def, result, ctx, handle)
+    end
+    if handle then result = with_workspace(result, handle, started) end
+    return result
   end
 end
 
 --- The tool set for one server: {list = tools for rlm.mcp.server, close_session = fn}.
 function M.new(cfg)
   -- totals.calls: every model call; llm_calls: the sub-calls made from sandbox code.
-  local server = setmetatable({cfg = cfg or {}, running = 0,
+  local server = setmetatable({cfg = cfg or {}, running = 0, workspaces = {},
     totals = {runs = 0, calls = 0, llm_calls = 0, input_tokens = 0, output_tokens = 0,
-              total_tokens = 0, cost = 0.0}}, Server)
+              total_tokens = 0, cost = 0.0, cache_read_tokens = 0, cache_write_tokens = 0,
+              prompt_cache_saved = 0.0}}, Server)
   local list = {}
   for i, def in ipairs(M.definitions) do
     local tool = {run = runner(server, def)}

@@ -22,26 +22,49 @@ function Run:trajectory_text(chars)
 end
 
 local EXTRACT_CHARS = 60000
+-- The output kept for the extraction's reply (a JSON object of the outputs); the extraction
+-- itself may use whatever is left.
+local EXTRACT_OUTPUT = 256
+-- Characters of reason the kept prompt allows for.
+local REASON_CHARS = 200
 
-function Run:extract_prompt(reason)
+-- The extraction's prompt, its trajectory within chars (nil: as much as fits the window).
+function Run:extract_prompt(reason, chars)
   -- Within half the context window too, so the extraction itself always fits.
-  local chars = self.context_window and math.min(EXTRACT_CHARS, self.context_window * 3 // 2)
+  local most = self.context_window and math.min(EXTRACT_CHARS, self.context_window * 3 // 2)
     or EXTRACT_CHARS
   return self:render("extract", {task = self.task, reason = reason,
-                                 trajectory = self:trajectory_text(chars),
+                                 trajectory = self:trajectory_text(math.min(most, chars or most)),
                                  outputs = table.concat(self.outputs, ", ")})
 end
 
--- Keeps back from every other call what the final extraction needs (a conservative estimate):
--- a run stopped by a limit still ends with an answer.
+-- Keeps back from every other call what the final extraction would need if it were sent now
+-- (its prompt at the input rate, a short reply at the output rate): a run stopped by a limit
+-- still ends with an answer.
 function Run:keep_for_extraction()
-  local tokens = budget_mod.estimate_tokens(#self.system + #self:extract_prompt("x") + 200) + 512
+  local prompt = budget_mod.estimate_tokens(#self.system + #self:extract_prompt("") + REASON_CHARS)
   local p = self:price(llm.label(self.model))
-  self.budget.keep = {tokens = tokens, cost = p and tokens * math.max(p.input, p.output) / 1e6 or 0}
+  self.budget.keep = {tokens = prompt + EXTRACT_OUTPUT,
+                      cost = p and (prompt * p.input + EXTRACT_OUTPUT * p.output) / 1e6 or 0}
+end
+
+-- The characters of trajectory the extraction can afford with what is left: the turn since
+-- the last keep_for_extraction may have added more than was kept for.
+function Run:extract_chars(reason)
+  local left = self.budget:remaining()
+  local room = math.huge   -- prompt tokens
+  if left.tokens then room = left.tokens - EXTRACT_OUTPUT end
+  local p = self:price(llm.label(self.model))
+  if left.cost and p and p.input > 0 then
+    room = math.min(room, (left.cost - EXTRACT_OUTPUT * p.output / 1e6) * 1e6 / p.input)
+  end
+  if room == math.huge then return nil end
+  local fixed = #self.system + #self:extract_prompt(reason, 0)
+  return math.max(0, (math.floor(room) - 8) * 3 - fixed)
 end
 
 function Run:extract(reason)
-  local prompt = self:extract_prompt(reason)
+  local prompt = self:extract_prompt(reason, self:extract_chars(reason))
   local res, err = self:model_call(self.model, {system = self.system,
                                                 messages = {{role = "user", content = prompt}}},
                                    {final = true})

@@ -13,6 +13,7 @@ local loop = require "rlm.run.loop"
 local resume = require "rlm.run.resume"
 local trace = require "rlm.trace"
 require "rlm.run.history"
+require "rlm.run.batches"
 
 local M = {}
 
@@ -42,17 +43,21 @@ function M.run(opts)
     error("rlm.run needs a non-empty 'task' string", 2)
   end
   local self = loop.new_run(opts)
+  if opts.dry_run then return M.dry_run(self) end
   -- Misuse (an unknown backend, a bad limit) raises here, as rlm.interpreter does, before
   -- anything is recorded or started; only starting the sandbox can fail as data.
   local made, interp = pcall(require("rlm.interpreter").new, loop.interpreter_options(self, opts))
   if not made then error((tostring(interp):gsub("^[^:\n]+%.lua:%d+: ", "")), 2) end
   local owns_trace = opts._trace == nil
-  local chars = select(2, common.describe(self.context))
-  if not opts._replay or not opts._append then
+  -- The root's trajectory goes to a collector when one is named (a child's is in the root's).
+  local otel_url = owns_trace and require("rlm.otel").endpoint(opts.otel)
+  local chars = select(2, self:described())
+  -- A resumed root appends to its own file; a child names its slot for a later resume.
+  if opts._depth or not (opts._replay and opts._append) then
     -- A small context is kept in the record, so `rlm replay` and `--resume` need nothing else.
     self:record{type = "start", task = self.task, model = self.model, sub_model = self.sub_model,
                 outputs = self.outputs, context_chars = chars, execute_timeout = opts.execute_timeout,
-                max_output_chars = self.max_output_chars,
+                max_output_chars = self.max_output_chars, slot = opts._slot,
                 context = chars <= self.inline_context_chars and self.context or nil}
   end
   local ok, result = pcall(self.go, self, interp)
@@ -68,7 +73,7 @@ function M.run(opts)
   result.fields = result.fields or {}
   result.iterations = #self.steps
   result.depth, result.run_id = self.depth, self.id
-  result.usage = self.budget:usage()
+  result.usage = self:usage()
   result.usage.cache_hits, result.usage.cache_saved = self.cache_hits, self.cache_saved
   result.submitted = result.submitted or false
   result.extracted = result.extracted or false
@@ -84,7 +89,21 @@ function M.run(opts)
   -- Ctrl-C or SIGTERM ends the program (the sandbox is already gone), however it was caught.
   if not ok and tostring(result.error):find("interrupted", 1, true) then error(result.error, 0) end
   async.check_interrupt()
+  if otel_url then
+    local sent, err = require("rlm.otel").export(otel_url, result.trajectory)
+    if not sent then io.stderr:write("rlm: the OpenTelemetry trace was not sent: ", trace.redact(err), "\n") end
+  end
   return result
+end
+
+--- The result of a dry run: nothing is started or sent; `preview` says what the run would
+-- cost (rlm.preview).
+function M.dry_run(self)
+  self:render_start()
+  local chars = select(2, common.describe(self.context))
+  return {reason = "dry_run", preview = require("rlm.preview").run(self, chars), fields = {},
+          iterations = 0, submitted = false, extracted = false, usage = self.budget:usage(),
+          depth = self.depth, run_id = self.id}
 end
 
 --- Runs a recorded trajectory again against its recorded model replies and sub-call answers,

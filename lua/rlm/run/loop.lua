@@ -10,8 +10,8 @@ local subcalls = require "rlm.run.subcalls"
 local sys = require "rlm.sys"
 local trace = require "rlm.trace"
 
-local Run, option, describe, prompt_chars = common.Run, common.option, common.describe,
-  common.prompt_chars
+local Run, option, prompt_chars = common.Run, common.option, common.prompt_chars
+local spent_since = common.spent_since
 
 local M = {}
 
@@ -21,20 +21,24 @@ local RUN_OPTIONS = {task = "string", context = "any", model = "string", sub_mod
   trace = "string", on_event = "function", events = "function", prompts = "table",
   child_budget = "any",
   sub_models = "table", prices = "table", prices_file = "string", context_windows = "table",
-  context_window = "number", resume = "any", cache = "any", child_max_iterations = "number",
-  history = "any", prompt_cache = "any",
+  context_window = "number", output_limits = "table", reasoning_effort = "string", resume = "any",
+  cache = "any", child_max_iterations = "number", history = "any", prompt_cache = "any", otel = "any",
+  dry_run = "boolean",
   -- internal: a child run's share of its parent
-  _budget = "any", _depth = "any", _trace = "any", _parent = "any", _replay = "any", _append = "any"}
+  _budget = "any", _depth = "any", _trace = "any", _parent = "any", _replay = "any", _append = "any",
+  _tool_counts = "any", _slot = "any", _recording = "any"}
 
 -- Interpreter options rlm.run does not pass on: it answers the calls itself.
 local NOT_PASSED = {on_call = true, model = true, sub_model = true, max_llm_calls = true,
                     llm_call_timeout = true, max_depth = true, max_tokens = true, max_cost = true,
-                    child_max_iterations = true, async_execute = true}
+                    child_max_iterations = true, async_execute = true, batch_concurrency = true,
+                    max_parallel_children = true}
 
 local run_counter = 0
 
 -- Puts `context` into the sandbox: small values as an injected variable, large ones as a file
--- read there, so 100 MB never travel inside a JSON request or a prompt.
+-- read there, so 100 MB never travel inside a JSON request or a prompt. The driver reads text
+-- into a str of its final length (read_text), holding no second copy as bytes.
 local function load_context(interp, context, inline_limit)
   if context == nil then
     return interp:execute("context = None")
@@ -49,7 +53,7 @@ local function load_context(interp, context, inline_limit)
   local ok, err = interp:upload(path, data)
   if not ok then error("cannot put the context into the sandbox: " .. err, 0) end
   local code = is_text
-    and ("with open(%q, 'rb') as _f:\n    context = _f.read().decode('utf-8', 'surrogateescape')\ndel _f"):format(path)
+    and ("context = __rlm_read_text__(%q)"):format(path)
     or ("import json as _json\nwith open(%q) as _f:\n    context = _json.load(_f)\ndel _f, _json"):format(path)
   local _, r = interp:execute(code)
   if r.error then error("could not load the context into the sandbox: " .. r.error, 0) end
@@ -219,51 +223,69 @@ local function sandbox_step(fn, ...)
   return false, tostring(res[2])
 end
 
--- What the budget spent since `before` (a usage table).
-local function spent_since(budget, before)
-  local now = budget:usage()
-  return {calls = now.calls - before.calls, llm_calls = now.llm_calls - before.llm_calls,
-          input_tokens = now.input_tokens - before.input_tokens,
-          output_tokens = now.output_tokens - before.output_tokens, cost = now.cost - before.cost}
+-- A model that refuses the task (OpenAI's message.refusal, Anthropic's stop_reason "refusal")
+-- ends the run: its reply is no code to run, and asking again or extracting would ask the same
+-- model the same thing. The result says so in one line.
+local REFUSAL_SHOWN = 300
+
+function Run:refused(reply)
+  local text = reply.refusal or reply.text or ""
+  self:record{type = "refusal", turn = self.turn, reply = text, usage = reply.usage}
+  local line = text:gsub("%s+", " "):gsub("^ ", ""):gsub(" $", "")
+  if #line > REFUSAL_SHOWN then line = line:sub(1, REFUSAL_SHOWN) .. "..." end
+  return {reason = "refused", detail = "the model refused the task" ..
+          (line ~= "" and ": " .. line or " (it gave no reason)")}
 end
 
-function Run:loop()
-  local desc_type, chars, preview = describe(self.context)
+-- Renders the system prompt and the first message, which every turn's request begins with.
+function Run:render_start()
+  local desc_type, chars, preview = self:described()
   local vars = {
     task = self.task, context_type = desc_type, context_chars = chars, context_preview = preview,
     outputs = table.concat(self.outputs, ", "),
     submit_signature = table.concat(self.outputs, "=..., ") .. "=...",
     max_iterations = self.max_iterations, max_llm_calls = self.budget.limits.max_llm_calls or "unlimited",
     max_output_chars = self.max_output_chars, sub_capacity = self.sub_capacity,
+    tools = require("rlm.tools").prompt_text(self.interp and self.interp:load_tools() or {}),
   }
   self.system = self:render("system", vars)
   self.first_message = self:render("first", vars)
+end
+
+function Run:loop()
+  self:render_start()
+  -- What the model is sent besides the steps, so a trajectory can be read back as the exact
+  -- conversation (rlm trace export): the two first messages and the templates of the later ones.
+  self:record{type = "prompt", system = self.system, first_message = self.first_message,
+              turn_template = self.prompts.turn, summary_template = self.prompts.summary,
+              max_iterations = self.max_iterations}
   local messages = {{role = "user", content = self.first_message}}
-  local loaded, why, r = sandbox_step(load_context, self.interp, self.context, self.inline_context_chars)
-  if not loaded then return {reason = "sandbox_error", detail = why} end
-  self.variables = r and r.variables
-  self.variables_more = r and r.variables_more
 
   for turn = 1, self.max_iterations do
     self.turn = turn
     local t0 = sys.now()
+    local compaction = self.replay and self.replay.compactions[turn]
     if self.replay and not self.replay.steps[turn] then
       if self.replay.only then return {reason = "replayed"} end
+      -- the turn a crash cut short, if any, is replayed as far as it got
+      self.partial = self.replay.partial[turn]
+      if not self.partial then compaction = nil end
       self.replay = nil
       self:record{type = "resume", turn = turn}
     end
     -- A turn is sent only if the extraction can still be afforded after it.
     if self.depth == 0 then self:keep_for_extraction() end
-    if not self.replay then
+    if compaction then
+      messages = self:summarised(messages, compaction.summary)
+    elseif not self.replay then
       messages = self:fit_history(messages)
-    elseif self.replay.compactions[turn] then
-      messages = self:summarised(messages, self.replay.compactions[turn].summary)
     end
     local reply, err, refused, recorded = self:turn_reply(messages)
     if refused then return {reason = budget_reason(err), detail = err, extract = true} end
     if not reply then
       return {reason = "model_error", detail = "model call failed: " .. tostring(err), extract = true}
     end
+    if reply.finish_reason == "refusal" then return self:refused(reply) end
     local request_chars = prompt_chars{system = self.system, messages = messages}
     messages[#messages + 1] = {role = "assistant", content = reply.text}
     self.steps_code, self.step_calls = {}, {}
@@ -274,21 +296,27 @@ function Run:loop()
       read.notes[#read.notes + 1] = ("Your reply was cut off at the output limit (%s tokens).")
         :format(reply.usage and reply.usage.output_tokens or "?")
     end
+    -- The first turn's code waits here for the sandbox and its context.
+    local ready, why = self:sandbox_ready()
+    if not ready then return {reason = "sandbox_error", detail = why} end
     local ran, submitted, output, pyvars, feedback = sandbox_step(self.run_code, self, read.code,
                                                                   parse.final(reply.text), read.notes)
     if not ran then return {reason = "sandbox_error", detail = submitted, extract = true} end
-    if recorded then self:compare(recorded) end
+    local replayed = recorded and not recorded.partial
+    if replayed then self:compare(recorded) end
     local step = {type = "step", turn = turn, prompt_chars = request_chars, reply = reply.text,
                   finish_reason = reply.finish_reason,
                   code = self.steps_code, output = output, calls = self.step_calls,
                   feedback = feedback, variables = variables_line(pyvars, self.variables_more),
-                  usage = reply.usage, sub_usage = spent_since(self.budget, before),
+                  usage = reply.usage,
+                  sub_usage = replayed and recorded.sub_usage or spent_since(self.budget, before),
                   duration = sys.now() - t0}
     self.steps[#self.steps + 1] = step
     self:record(step)
+    if self.cache_error then error(self.cache_error, 0) end
     self:warn_budget()
     self:event{type = "turn", turn = turn, max_iterations = self.max_iterations,
-               usage = self.budget:usage()}
+               usage = self:usage()}
     if submitted then return {fields = submitted, reason = "submitted", submitted = true} end
     messages[#messages + 1] = {role = "user", content = self:render("turn", {
       output = output, variables = variables_line(pyvars, self.variables_more), feedback = feedback or "",
@@ -347,12 +375,10 @@ function M.new_run(opts)
       .. "RLM_MODEL (e.g. openai/gpt-4o)", 0)
   end
   -- A missing key must fail here, before any sandbox exists, not at the first turn; a replay
-  -- (rlm replay) calls no model and needs none.
-  local ok, err = true, nil
-  if not (opts._replay and opts._replay.only) then
-    ok, err = pcall(llm.check, model)
-    if ok and opts.sub_model then ok, err = pcall(llm.check, opts.sub_model) end
-  end
+  -- (rlm replay) calls no model and a dry run sends nothing: neither needs one.
+  local check = (opts.dry_run or (opts._replay and opts._replay.only)) and llm.label or llm.check
+  local ok, err = pcall(check, model)
+  if ok and opts.sub_model then ok, err = pcall(check, opts.sub_model) end
   if not ok then error(tostring(err):gsub("^[^:]*:%d+: ", ""), 0) end
   local self = setmetatable({
     opts = opts, task = opts.task, context = opts.context,
@@ -362,17 +388,22 @@ function M.new_run(opts)
     llm_call_timeout = option(opts, "llm_call_timeout"), sub_capacity = option(opts, "sub_capacity"),
     inline_context_chars = option(opts, "inline_context_chars"),
     batch_concurrency = option(opts, "batch_concurrency"),
+    call_width = async.semaphore(math.max(1, math.floor(option(opts, "batch_concurrency")))),
+    child_width = async.semaphore(math.max(1, math.floor(option(opts, "max_parallel_children")))),
     max_output_tokens = option(opts, "max_output_tokens"),
     extract_seconds = depth == 0 and opts.max_time
       and math.min(option(opts, "extract_seconds"), opts.max_time * 0.1) or 0,
     child_budget = opts.child_budget, context_windows = opts.context_windows,
+    output_limits = opts.output_limits, reasoning_effort = opts.reasoning_effort,
     history = option(opts, "history"), compact_at = option(opts, "compact_at"),
     final_beside_code = option(opts, "final_beside_code"), prompt_cache = option(opts, "prompt_cache"),
-    replay = opts._replay, differences = opts._replay and {} or nil,
+    replay = opts._replay or nil, differences = opts._replay and {} or nil,
+    -- where this run sits in its tree ("" the root), and a resumed tree's recorded runs
+    slot = opts._slot or "", recording = opts._recording,
     cache = subcalls.cache_dir(opts.cache), cache_hits = 0, cache_saved = 0,
     prompts = prompts, depth = depth, parent = opts._parent,
     id = ("r%d-%d"):format(sys.getpid(), run_counter),
-    on_event = opts.on_event, steps = {},
+    on_event = opts.on_event, steps = {}, tool_counts = opts._tool_counts or {},
   }, Run)
   self.budget = opts._budget or budget_mod.new{
     max_llm_calls = option(opts, "max_llm_calls"), max_tokens = opts.max_tokens,
@@ -387,13 +418,18 @@ function M.new_run(opts)
   if self.prompt_cache ~= "auto" and type(self.prompt_cache) ~= "boolean" then
     error('prompt_cache must be "auto", true or false', 0)
   end
+  if self.reasoning_effort and not llm.reasoning_tokens[self.reasoning_effort] then
+    error('reasoning_effort must be "minimal", "low", "medium" or "high"', 0)
+  end
   if self.final_beside_code ~= "wait" and self.final_beside_code ~= "accept" then
     error('final_beside_code must be "wait" or "accept"', 0)
   end
   if self.history ~= "full" and self.history ~= "compact" and type(self.history) ~= "function" then
     error('history must be "full", "compact" or a function(messages, info) -> messages', 0)
   end
-  self.tracer = opts._trace or trace.writer(opts.trace, opts._append, opts.events)
+  -- A dry run writes nothing: not even an empty trace file in place of a recording.
+  self.tracer = opts._trace or trace.writer(not opts.dry_run and opts.trace or nil, opts._append,
+                                            opts.events)
   return self
 end
 
@@ -454,22 +490,47 @@ function M.check_options(opts)
   end
 end
 
--- Starts the run's interpreter; or nil and why the sandbox could not start.
-local function start_interpreter(interp)
-  return sandbox_step(function()
+-- Starts the run's interpreter and puts the context into it: true, or false and why the
+-- sandbox cannot serve. Its variables become the run's.
+local function prepare_sandbox(self, interp)
+  local started, err = sandbox_step(function()
     local ok, err = pcall(interp.start, interp)
     if not ok then interp:shutdown() error(err, 0) end
     return interp
   end)
+  if not started then return false, err end
+  local loaded, why, r = sandbox_step(load_context, interp, self.context, self.inline_context_chars)
+  if not loaded then return false, why end
+  self.variables, self.variables_more = r and r.variables, r and r.variables_more
+  return true
 end
 
--- The loop in its sandbox, and the extraction when it ended without SUBMIT.
+-- Waits for the sandbox prepared beside the first model call: true, or false and why not. An
+-- interrupt met there ends the run as it would have here.
+function Run:sandbox_ready()
+  local task = self.preparing
+  if not task then return true end
+  self.preparing = nil
+  local ok, ready, why = task:result()
+  if not ok then ready, why = false, tostring(ready) end
+  if not ready and why:find("interrupted (SIG", 1, true) then error(why, 0) end
+  return ready, why
+end
+
+-- The loop in its sandbox, and the extraction when it ended without SUBMIT. The sandbox starts
+-- and takes the context while the first model call is in flight: that call needs only the
+-- context's size and preview.
 function Run:go(interp)
-  local started, err = start_interpreter(interp)
-  if not started then return {reason = "sandbox_error", detail = err} end
   local _ <close> = interp
   self.interp = interp
+  -- The prompt lists the tools, so they are had before the first call.
+  local had, why = pcall(interp.load_tools, interp)
+  if not had then return {reason = "sandbox_error", detail = tostring(why)} end
+  self.preparing = async.spawn(prepare_sandbox, self, interp)
   local r = self:loop()
+  -- A loop that ended before its first code (a model error, a budget) lets the sandbox settle
+  -- before it is shut down.
+  self:sandbox_ready()
   -- No turn, nothing to extract from: an extraction would be paid for nothing.
   if r.extract and #self.steps > 0 then
     local fields, err = self:extract(r.detail or r.reason)

@@ -2,7 +2,9 @@
 -- checked and reserved against the budget before it is sent, and the sub-call cache.
 local async = require "rlm.async"
 local budget_mod = require "rlm.budget"
+local cache = require "rlm.cache"
 local common = require "rlm.run.common"
+local images_mod = require "rlm.images"
 local json = require "rlm.json"
 local llm = require "rlm.llm"
 local sys = require "rlm.sys"
@@ -24,6 +26,7 @@ function Run:sub_prompt_record(kind, prompts, texts, started, label, usage, cost
     local u = usage and usage[i]
     items[i] = {prompt = #p > PROMPT_KEPT and p:sub(1, PROMPT_KEPT) or p, prompt_chars = #p,
                 input_tokens = u and u.input_tokens, output_tokens = u and u.output_tokens,
+                cache_read_tokens = u and u.cache_read_tokens,
                 cost = costs[i]}
   end
   self:record{type = "subcall", kind = kind, turn = self.turn, count = #prompts, model = label,
@@ -55,83 +58,157 @@ function Run:too_big(label, prompt, window)
   end
 end
 
--- The output cap for each call of a batch: under a token or cost limit, an even share of what
--- remains (at least BATCH_MIN_OUTPUT), so one item's reservation does not crowd out the rest.
+-- The output cap for each call of a batch: what a sub-call's reply may use (output_reserve),
+-- and under a token or cost limit at most an even share of what remains (at least
+-- BATCH_MIN_OUTPUT), so one item's reservation does not crowd out the rest.
 local BATCH_MIN_OUTPUT = 256
 
 function Run:batch_output(prompts, label)
-  local want = self.max_output_tokens
-  if #prompts < 2 then return want end
+  -- cap: the most one answer may hold (rlm.llm's output limits, reasoning room); reserve: what
+  -- the budget holds for it, from the replies this run has had (budget:output_reserve).
+  local longest = 0
+  for _, p in ipairs(prompts) do longest = math.max(longest, #p) end
+  local cap, send = self:output_cap(label, longest, true)
+  local reserve = self:output_reserve("sub", label, cap)
+  if #prompts < 2 then return reserve, send, cap end
   local r = self.budget:remaining()
   local keep, keep_cost = self.budget:kept()
   local prompt_tokens = 0
   for _, p in ipairs(prompts) do prompt_tokens = prompt_tokens + budget_mod.estimate_tokens(#p) end
+  local share = reserve
   if r.tokens then
-    want = math.min(want, math.floor((r.tokens - keep - prompt_tokens) / #prompts))
+    share = math.min(share, math.floor((r.tokens - keep - prompt_tokens) / #prompts))
   end
   local price = self:price(label)
   if r.cost and price and price.output > 0 then
     local room = r.cost - keep_cost - prompt_tokens * price.input / 1e6
-    want = math.min(want, math.floor(room * 1e6 / price.output / #prompts))
+    share = math.min(share, math.floor(room * 1e6 / price.output / #prompts))
   end
-  return math.max(want, BATCH_MIN_OUTPUT)
+  return math.min(reserve, math.max(share, BATCH_MIN_OUTPUT)), send, cap
 end
 
--- ---------- the sub-call cache ----------
-
-
--- The cache's folder for opts.cache (true: $XDG_CACHE_HOME/rlm, else ~/.cache/rlm), or nil.
-local function cache_dir(cache)
-  if not cache then return nil end
-  if type(cache) == "string" then return cache end
-  return sys.cache_dir() or "/tmp/.cache/rlm"
-end
-
--- The cache entry's path and key for one sub-call.
-function Run:cache_entry(label, prompt)
-  local key = json.encode{model = label, prompt = prompt}
-  local h = sys.hash(key)
-  return ("%s/subcalls/%s/%s.json"):format(self.cache, h:sub(1, 2), h), key
-end
+-- ---------- the sub-call cache (rlm.cache) ----------
 
 -- A cached answer {text, usage} for a sub-call, or nil.
 function Run:cached(label, prompt)
-  if not self.cache then return nil end
-  local path, key = self:cache_entry(label, prompt)
-  local data = sys.read_file(path)
-  local entry = data and json.decode(data)
-  if type(entry) == "table" and entry.key == key and type(entry.text) == "string" then return entry end
-  return nil
+  return self.cache and cache.get(self.cache, label, prompt) or nil
 end
 
+-- Keeps a sub-call's answer in the cache. A failed write is kept in cache_error: the code still
+-- gets the answer it paid for, and the run ends with the error after the turn (loop.lua).
 function Run:remember(label, prompt, res)
   if not self.cache then return end
-  local path, key = self:cache_entry(label, prompt)
-  sys.mkdir_p(path:match("^(.*)/[^/]+$"))
-  sys.write_file(path, json.encode{key = key, text = res.text, usage = res.usage})
+  local ok, err = cache.put(self.cache, label, prompt, res)
+  if not ok then self.cache_error = self.cache_error or err end
 end
 
--- Sub-calls from code: each prompt is checked and reserved before anything is sent; what the
--- budget cannot afford comes back as an error string in its slot, as a failed call does, so
--- the code sees it and the rest of the batch runs.
-function Run:llm_query(prompts, model, kind)
+-- Why a sent sub-call gave no answer, as "cause: message" (the cause a word the code can test:
+-- timeout, http, too_large, cut, refusal, ...), or nil for an answer.
+local function failure(r)
+  if r.error then return ("%s: %s"):format(r.kind or "error", tostring(r.error)) end
+  if r.finish_reason == "refusal" then
+    local text = (r.refusal or r.text or ""):gsub("%s+", " ")
+    return "refusal: the model refused" .. (text:find("%S") and ": " .. text or "")
+  end
+end
+
+-- The one rule for a sub-call that fails, whatever the cause (a budget limit, the context
+-- window, a timeout, an HTTP error, an answer too large, a refusal): its text is
+-- "cause: why", and a single call (llm_query, rlm_query) raises it as RuntimeError in the code,
+-- while in a batch that item is the string "[ERROR] cause: why" and the others are answers.
+local SINGLE = {llm_query = true, rlm_query_fallback = true}
+
+-- A refusal that a later wave may not meet: what calls in flight hold comes back when they end.
+local function may_pass_later(why)
+  return why:find("^max_cost:") or why:find("^max_tokens:")
+end
+
+-- Sends one wave of a batch: the calls of `calls` (each {prompt_chars, ... , slot}) the budget
+-- grants now, their answers put into out (texts, usage, costs) at their slots. Returns the
+-- calls refused, with their refusals, and whether any was granted; or nil and what the batch
+-- raised (every reservation settled first). b: the batch (model, label, price, timeout, cap,
+-- send, keys, sends_of(slot), on_answer).
+function Run:batch_wave(calls, b, out)
+  local granted, whys = self.budget:reserve_all(calls)
+  local sends, caps, tickets, slots, refused, refusals = {}, {}, {}, {}, {}, {}
+  for c, call in ipairs(calls) do
+    local ticket = granted[c]
+    if ticket then
+      local n = #sends + 1
+      sends[n], tickets[n], slots[n] = b.sends_of(call.slot), ticket, call.slot
+      caps[n] = ticket.max_tokens or b.send and b.cap or nil
+    else
+      refused[#refused + 1], refusals[#refused + 1] = call, whys[c]
+    end
+  end
+  if #sends == 0 then return refused, refusals, false end
+  local on_result = b.on_answer and function(n, r)
+    local why = failure(r)
+    b.on_answer(slots[n], why and "[ERROR] " .. why or r.text)
+  end
+  -- The run's calls from every thread of its code share one width (batch_concurrency).
+  local width = math.min(#sends, self.batch_concurrency)
+  self.call_width.acquire(width)
+  local ok, results = pcall(llm.batch_prompts, {model = b.model, timeout = b.timeout,
+                                                reasoning_effort = self:effort(b.label)}, sends,
+                            {concurrency = self.batch_concurrency, max_tokens = caps,
+                             on_result = on_result})
+  self.call_width.release(width)
+  if not ok then
+    self.budget:settle_all(tickets, b.label, EMPTY, EMPTY)
+    async.check_interrupt()
+    return nil, tostring(results)
+  end
+  local spent, spent_costs = {}, {}   -- by call
+  for n, r in ipairs(results) do
+    local slot = slots[n]
+    local why = failure(r)
+    if not r.error then   -- a refusal was answered, and billed
+      local cost = self:cost_of(b.label, r.usage, b.price)
+      spent[n], spent_costs[n] = r.usage or EMPTY, cost
+      out.usage[slot], out.costs[slot] = r.usage, cost
+    end
+    if why then
+      out.texts[slot] = "[ERROR] " .. why
+      out.failure = out.failure or why
+    else
+      out.texts[slot] = r.text
+      self:remember(b.label, b.keys[slot], r)
+    end
+  end
+  self.budget:settle_all(tickets, b.label, spent, spent_costs)
+  async.check_interrupt()
+  return refused, refusals, true
+end
+
+-- Sub-calls from code: each prompt is checked and reserved before anything is sent; what
+-- cannot be sent or answered fails as the rule above says, so one bad item does not lose a
+-- batch. Under a cost or token limit a batch goes in waves: what is refused while calls are in
+-- flight is tried again when their answers have released what they held, until a wave is
+-- granted nothing. on_answer(i, text), when given, hears each prompt's answer as soon as it is
+-- known (llm_query_batched_iter). images: by prompt, a list of images or nil.
+function Run:llm_query(prompts, model, kind, on_answer, images)
   local label, err = self:allowed_model(model)
   if not label then return nil, err end
   model = model or self.sub_model
   local started = sys.now()
-  local texts, sends, caps, tickets, slots = {}, {}, {}, {}, {}
-  local refusal   -- a refusal's text, for llm_query (one prompt) to raise
-  local output = self:batch_output(prompts, label)
+  local out = {texts = {}, usage = {}, costs = {}}
+  local texts = out.texts
+  local output, send, cap = self:batch_output(prompts, label)
   -- looked up once for the batch (false: none)
   local price = self:price(label) or false
   local window = llm.context_window(label, self.context_windows) or false
   local out_of_time, timeout = self:time_left() == 0, self:call_timeout()
+  local keys = {}        -- what the cache knows each prompt by: its text, and its images
   -- First what each prompt is (too big, cached, out of time, or a call to reserve), then the
   -- calls reserved together, in order, as one reservation after another would be.
-  local calls, waiting = {}, {}
+  local calls = {}
   for i, p in ipairs(prompts) do
+    local imgs = images and images[i]
     local why = self:too_big(label, p, window)
-    local hit = not why and self:cached(label, p)
+    if imgs and not why then why = select(2, images_mod.check(imgs, label)) end
+    keys[i] = imgs and (p .. "\0" .. images_mod.key(imgs)) or p
+    local hit = not why and self:cached(label, keys[i])
     if hit then
       -- No call is made: nothing is reserved or counted but the hit and what it saved.
       texts[i] = hit.text
@@ -140,55 +217,52 @@ function Run:llm_query(prompts, model, kind)
     elseif not why and out_of_time then
       why = ("max_time: the run's %g s are up"):format(self.budget:binding("seconds", "max_time"))
     elseif not why then
-      calls[#calls + 1] = {prompt_chars = #p, output = output, sub = true, price = price or nil,
-                           label = label}
-      waiting[#calls] = i
+      calls[#calls + 1] = {prompt_chars = #p + (imgs and #imgs * images_mod.RESERVE_TOKENS * 4 or 0),
+                           output = output, sub = true, price = price or nil, label = label,
+                           kind = "sub", slot = i}
     end
     if why then
       texts[i] = "[ERROR] " .. why
-      refusal = refusal or why
+      out.failure = out.failure or why
     end
   end
-  local granted, whys = self.budget:reserve_all(calls)
-  for c, i in ipairs(waiting) do
-    local ticket = granted[c]
-    if ticket then
-      local n = #sends + 1
-      sends[n], caps[n], tickets[n], slots[n] = prompts[i], ticket.max_tokens, ticket, i
-    else
-      texts[i] = "[ERROR] " .. whys[c]
-      refusal = refusal or whys[c]
+  if on_answer then
+    for i in ipairs(prompts) do
+      if texts[i] then on_answer(i, texts[i]) end
     end
   end
-  if kind == "llm_query" and refusal then return nil, refusal end
-  local ok, results = pcall(llm.batch_prompts, {model = model, timeout = timeout}, sends,
-                            {concurrency = self.batch_concurrency, max_tokens = caps})
-  if not ok then
-    self.budget:settle_all(tickets, label, EMPTY, EMPTY)
-    async.check_interrupt()
-    return nil, tostring(results)
-  end
-  -- A failed item becomes an error string in its slot, as DSPy does, so one bad call does not
-  -- lose the batch; the code can test for the prefix.
-  local usage, costs, spent, spent_costs = {}, {}, {}, {}   -- by prompt; by call
-  for n, r in ipairs(results) do
-    local slot = slots[n]
-    if r.error then
-      texts[slot] = "[ERROR] " .. tostring(r.error)
-    else
-      local cost = self:cost_of(label, r.usage, price)
-      spent[n], spent_costs[n] = r.usage or EMPTY, cost
-      texts[slot], usage[slot], costs[slot] = r.text, r.usage, cost
-      self:remember(label, prompts[slot], r)
+  local batch = {model = model, label = label, price = price, timeout = timeout, cap = cap,
+                 send = send, keys = keys, on_answer = on_answer,
+                 sends_of = function(i)
+                   local imgs = images and images[i]
+                   return imgs and images_mod.content(label, prompts[i], imgs) or prompts[i]
+                 end}
+  local sent = true
+  while #calls > 0 and sent do
+    if SINGLE[kind] and out.failure then break end
+    local refused, whys, any = self:batch_wave(calls, batch, out)
+    if not refused then return nil, whys end
+    sent, calls = any, {}
+    local again = {}
+    for c, call in ipairs(refused) do
+      if any and may_pass_later(whys[c]) then
+        again[#calls + 1] = prompts[call.slot]
+        calls[#calls + 1] = call
+      else
+        texts[call.slot] = "[ERROR] " .. whys[c]
+        out.failure = out.failure or whys[c]
+        if on_answer then on_answer(call.slot, texts[call.slot]) end
+      end
     end
+    output = #calls > 0 and self:batch_output(again, label)
+    for _, call in ipairs(calls) do call.output = output end
   end
-  self.budget:settle_all(tickets, label, spent, spent_costs)
-  async.check_interrupt()
-  self:sub_prompt_record(kind, prompts, texts, started, label, usage, costs)
+  if SINGLE[kind] and out.failure then return nil, out.failure end
+  self:sub_prompt_record(kind, prompts, texts, started, label, out.usage, out.costs)
   return texts
 end
 
-function Run:rlm_query(task, context)
+function Run:rlm_query(task, context, at, item)
   if self.depth + 1 >= self.max_depth then
     local prompt = context and (task .. "\n\nContext:\n" .. tostring(context)) or task
     return self:llm_query({prompt}, nil, "rlm_query_fallback")
@@ -203,40 +277,123 @@ function Run:rlm_query(task, context)
     return nil, ("max_time: the run's %g s are up"):format(self.budget:binding("seconds", "max_time"))
   end
   local started = sys.now()
-  local child = self:child_run(setmetatable({
+  -- the child's place in the tree: a resumed run's child replays what it recorded there (at:
+  -- the call's place in its turn; item: its place in an rlm_query_batched)
+  local slot = ("%s/%d.%d%s"):format(self.slot, self.turn or 0, at or #(self.step_calls or {}) + 1,
+                                     item and ("." .. item) or "")
+  -- At most max_parallel_children of this run's children at once, from any thread of its code.
+  self.child_width.acquire()
+  local ok, child = pcall(self.child_run, self, setmetatable({
     task = task, context = context, outputs = {"answer"},
     max_iterations = self.opts.child_max_iterations,
     model = self.sub_model, prompts = self.prompts,
     _budget = self.budget:child(self.child_budget), _depth = self.depth + 1, _trace = self.tracer,
+    _tool_counts = self.tool_counts, _slot = slot, _replay = self:child_replay(slot),
     _parent = self.id, on_event = self.on_event,
   }, {__index = self.opts}))
+  self.child_width.release()
+  if not ok then error(child, 0) end
   self:record{type = "subcall", kind = "rlm_query", turn = self.turn, child = child.run_id,
               duration = sys.now() - started, reason = child.reason}
   local answer = child.answer
-  if answer == nil then return nil, "the child run ended without an answer: " .. tostring(child.reason) end
+  if answer == nil then
+    return nil, ("%s: the child run ended without an answer%s"):format(tostring(child.reason),
+      child.detail and " (" .. child.detail .. ")" or "")
+  end
   return {type(answer) == "string" and answer or json.encode(answer)}
 end
 
--- The interpreter's handler for code that calls out (llm_query and friends).
-function Run:on_call(kind, args)
-  if self.recorded_calls then return self:recorded_call(kind) end
-  local results, err = self:answer_call(kind, args)
-  -- Each answer goes into the step's record, so a resume or a replay can give it again.
-  if self.step_calls then
-    self.step_calls[#self.step_calls + 1] = {kind = kind, results = results, error = err}
+-- Children side by side (rlm_query_batched): each task's answer, or "[ERROR] why" in its slot.
+function Run:rlm_query_batched(tasks, contexts, at)
+  if type(tasks) ~= "table" then return nil, "rlm_query_batched: tasks must be a list" end
+  contexts = type(contexts) == "table" and contexts or EMPTY
+  local slots = async.map(tasks, function(task, i)
+    local context = contexts[i]
+    if context == json.null then context = nil end
+    return self:rlm_query(task, context, at, i)
+  end)
+  async.check_interrupt()
+  local texts = {}
+  for i, slot in ipairs(slots) do
+    if not slot.ok then
+      texts[i] = "[ERROR] " .. tostring(slot.error)
+    elseif slot[1] then
+      texts[i] = slot[1][1]
+    else
+      texts[i] = "[ERROR] " .. tostring(slot[2])
+    end
   end
+  return texts
+end
+
+-- The interpreter's handler for code that calls out (llm_query and friends). Each answer goes
+-- into the step's record, replayed ones too, so a resume or a replay can give it again: in the
+-- order the calls came, though calls side by side may end in another. A live one is also
+-- recorded at once, so a crash later in the turn does not pay for it again.
+function Run:on_call(kind, args)
+  local calls = self.step_calls
+  local at = calls and #calls + 1
+  if calls then calls[at] = {kind = kind} end
+  local results, err, replayed = self:recorded_call(kind)
+  if not replayed then
+    local before = self.budget:usage()
+    args._at = at
+    results, err = self:answer_call(kind, args)
+    if calls then
+      self:record{type = "answer", turn = self.turn, call = at, kind = kind,
+                  results = results, error = err, usage = common.spent_since(self.budget, before)}
+    end
+  end
+  if calls then calls[at].results, calls[at].error = results, err end
   return results, err
 end
 
--- The next recorded answer, while a recording is replayed; the code must ask in the same order.
+-- The next recorded answer while a recording is replayed (results, err, true); the code must
+-- ask in the same order. A turn a crash cut short goes on live once its answers are used up.
 function Run:recorded_call(kind)
-  local call = table.remove(self.recorded_calls, 1)
+  if not self.recorded_calls then return nil, nil, false end
+  local call = self.recorded_calls[1]
+  if self.live_after_recorded and (not call or call.kind ~= kind) then
+    self.recorded_calls = nil
+    return nil, nil, false
+  end
+  table.remove(self.recorded_calls, 1)
   if not call or call.kind ~= kind then
     return nil, ("replay: the code called %s where the recording has %s"):format(
-      kind, call and call.kind or "no more calls")
+      kind, call and call.kind or "no more calls"), true
   end
-  if call.results == nil or call.results == json.null then return nil, call.error end
-  return call.results
+  -- an answer recorded on its own brings what it cost
+  if call.usage then self.budget:add_spent(call.usage, "recorded sub-calls") end
+  if call.results == nil or call.results == json.null then return nil, call.error, true end
+  return call.results, nil, true
+end
+
+-- A call of one of the user's tools (rlm.tools): its max_calls and price held for the whole
+-- tree, counted (by_model "tool:NAME"), recorded like a sub-call.
+function Run:tool_call(args)
+  local t = self.interp and self.interp.tool_index and self.interp.tool_index[args.name]
+  if not t then return nil, ("no tool named %s"):format(tostring(args.name)) end
+  local counts = self.tool_counts
+  local n = (counts[t.name] or 0) + 1
+  if t.max_calls and n > t.max_calls then
+    return nil, ("max_calls: %s may be called %d times in this run"):format(t.name, t.max_calls)
+  end
+  local label = "tool:" .. t.name
+  local ticket, why = self.budget:reserve_cost(t.price or 0, label)
+  if not ticket then return nil, why end
+  counts[t.name] = n
+  local started = sys.now()
+  local ok, res, err = pcall(require("rlm.tools").invoke, t, type(args.args) == "table" and args.args or {})
+  if not ok then res, err = nil, tostring(res) end
+  self.budget:settle(ticket, label, res ~= nil and EMPTY or nil, res ~= nil and (t.price or 0) or 0)
+  async.check_interrupt()
+  local reply = res ~= nil and json.encode(res) or ("[ERROR] " .. tostring(err))
+  self:record{type = "subcall", kind = "tool", tool = t.name, turn = self.turn, count = 1,
+              model = label, prompt_chars = #json.encode(json.object(args.args or {})),
+              reply_chars = #reply, duration = sys.now() - started, replies = {reply},
+              items = {{prompt = json.encode(json.object(args.args or {})), cost = res ~= nil and t.price or nil}}}
+  if res == nil then return nil, err end
+  return {res}
 end
 
 function Run:answer_call(kind, args)
@@ -244,11 +401,19 @@ function Run:answer_call(kind, args)
     if v == json.null then args[k] = nil end      -- Python's None
   end
   if kind == "llm_query" then
-    return self:llm_query({args.prompt}, args.model, kind)
+    return self:llm_query({args.prompt}, args.model, kind, nil, args.images and {args.images})
   elseif kind == "llm_query_batched" then
     return self:llm_query(args.prompts or {}, args.model, kind)
+  elseif kind == "llm_query_batched_start" then
+    return self:start_batch(args.prompts or {}, args.model)
+  elseif kind == "llm_query_batched_next" then
+    return self:next_answers(args.batch)
   elseif kind == "rlm_query" then
-    return self:rlm_query(args.task, args.context)
+    return self:rlm_query(args.task, args.context, args._at)
+  elseif kind == "tool" then
+    return self:tool_call(args)
+  elseif kind == "rlm_query_batched" then
+    return self:rlm_query_batched(args.tasks, args.contexts, args._at)
   elseif kind == "budget" then
     local v = self.budget:view(self.max_depth - self.depth - 1)
     v.seconds = self:time_left()
@@ -260,4 +425,4 @@ function Run:answer_call(kind, args)
   return nil, "unknown call: " .. tostring(kind)
 end
 
-return {cache_dir = cache_dir}
+return {cache_dir = cache.dir}

@@ -1,0 +1,168 @@
+--- The user's tools, callable from sandbox code as Python functions while every call runs on
+-- the host (keys, connections and the MCP servers' environments never enter the sandbox).
+--
+--   tools = {
+--     search = {description = "Searches the web.", call = function(args) return {...} end,
+--               params = {{name = "query", type = "string", description = "what to find"},
+--                         {name = "limit", type = "integer", required = false}},
+--               price = 0.005, max_calls = 20},          -- USD a call; calls a run may make
+--     now = function() return os.date("!%FT%TZ") end,   -- a bare function: no parameters
+--     {command = {"node", "server.js"}, env = {API_KEY = "..."}},   -- every tool of an MCP
+--     {url = "http://127.0.0.1:9000/mcp", headers = {Authorization = "Bearer ..."}},  -- server
+--   }
+--
+-- Parameters may also be given as a JSON schema (`parameters = {type = "object", properties =
+-- ..., required = {...}}`, as MCP servers give them). A tool's answer is JSON: what call returns
+-- (a Lua table, string, number, boolean or nil); an error it raises (or returns as nil, err) is
+-- a RuntimeError in the code with its message.
+local json = require "rlm.json"
+
+local M = {}
+
+local PY_TYPES = {string = "str", integer = "int", number = "float", boolean = "bool",
+                  array = "list", object = "dict"}
+local PY_KEYWORDS = {}
+for w in ([[False None True and as assert async await break class continue def del elif else
+  except finally for from global if import in is lambda nonlocal not or pass raise return try
+  while with yield]]):gmatch("%S+") do PY_KEYWORDS[w] = true end
+
+local function identifier(name, what)
+  if type(name) ~= "string" or not name:match("^[%a_][%w_]*$") or PY_KEYWORDS[name] then
+    error(("tools: %s %s is not a Python name (letters, digits, _)"):format(what, tostring(name)), 0)
+  end
+  return name
+end
+
+-- The parameter list of a JSON schema: the required ones in the schema's order, then the
+-- others by name (a schema's properties have no order of their own).
+local function from_schema(schema, where)
+  if schema == nil then return {} end
+  if type(schema) ~= "table" or (schema.type ~= nil and schema.type ~= "object") then
+    error(("tools: %s: parameters must be a JSON schema of type object"):format(where), 0)
+  end
+  local props, out, seen = schema.properties or {}, {}, {}
+  for _, name in ipairs(schema.required or {}) do
+    local p = props[name] or {}
+    out[#out + 1] = {name = name, type = p.type, description = p.description, required = true}
+    seen[name] = true
+  end
+  local rest = {}
+  for name in pairs(props) do if not seen[name] then rest[#rest + 1] = name end end
+  table.sort(rest)
+  for _, name in ipairs(rest) do
+    local p = props[name]
+    out[#out + 1] = {name = name, type = type(p) == "table" and p.type or nil,
+                     description = type(p) == "table" and p.description or nil, required = false}
+  end
+  return out
+end
+
+local function lua_tool(name, t)
+  identifier(name, "name")
+  if type(t) == "function" then t = {call = t} end
+  if type(t) ~= "table" or type(t.call) ~= "function" then
+    error(("tools: %s must be a function or a table with call = function(args)"):format(name), 0)
+  end
+  local params = t.params and {} or from_schema(t.parameters, name)
+  for i, p in ipairs(t.params or {}) do
+    if type(p) ~= "table" then error(("tools: %s: params[%d] must be {name =, type =}"):format(name, i), 0) end
+    params[i] = {name = p.name or p[1], type = p.type or p[2], description = p.description or p[3],
+                 required = p.required ~= false}
+  end
+  for _, p in ipairs(params) do identifier(p.name, name .. " parameter") end
+  if t.price ~= nil and (type(t.price) ~= "number" or t.price < 0) then
+    error(("tools: %s: price must be a number of USD per call"):format(name), 0)
+  end
+  if t.max_calls ~= nil and (math.type(t.max_calls) ~= "integer" or t.max_calls < 0) then
+    error(("tools: %s: max_calls must be a whole number"):format(name), 0)
+  end
+  return {name = name, description = t.description or "", params = params, fn = t.call,
+          price = t.price, max_calls = t.max_calls}
+end
+
+--- The tools of a `tools` option, sorted by name (the same prompt and functions in every
+-- process). MCP servers are connected here; their tools carry `server`. Raises for misuse.
+function M.load(tools)
+  if tools == nil then return {} end
+  if type(tools) ~= "table" then error("tools must be a table (see rlm.tools)", 0) end
+  local list, names = {}, {}
+  for k, v in pairs(tools) do
+    if type(k) == "string" then list[#list + 1] = lua_tool(k, v) end
+  end
+  for i, server in ipairs(tools) do
+    if type(server) ~= "table" or not (server.command or server.url) then
+      error(("tools[%d] must be an MCP server: {command = {...}} or {url = ...}"):format(i), 0)
+    end
+    local client = require("rlm.mcp.client").connect(server)
+    for _, t in ipairs(client.tools) do
+      if server.only == nil or server.only[t.name] then
+        local name = (server.prefix or "") .. t.name
+        list[#list + 1] = {name = identifier(name, "MCP tool name"), remote = t.name,
+          description = t.description or "", params = from_schema(t.inputSchema, name),
+          server = client, price = server.price, max_calls = server.max_calls}
+      end
+    end
+  end
+  table.sort(list, function(a, b) return a.name < b.name end)
+  for _, t in ipairs(list) do
+    if names[t.name] then error(("tools: two tools are named %s (give an MCP server a prefix)"):format(t.name), 0) end
+    names[t.name] = t
+  end
+  return list, names
+end
+
+local function py_string(s)
+  return '"""' .. tostring(s):gsub("\\", "\\\\"):gsub('"""', '\\"\\"\\"') .. '"""'
+end
+
+--- Python defining each tool as a function of its parameters that calls the host.
+function M.python(list)
+  local out = {}
+  for _, t in ipairs(list) do
+    local sig, pass, doc = {}, {}, {t.description}
+    for _, p in ipairs(t.params) do
+      sig[#sig + 1] = p.required and p.name or (p.name .. "=None")
+      pass[#pass + 1] = ("%q: %s"):format(p.name, p.name)
+      doc[#doc + 1] = ("%s (%s%s)%s"):format(p.name, PY_TYPES[p.type] or p.type or "any",
+        p.required and "" or ", optional", p.description and (": " .. p.description) or "")
+    end
+    -- A builtin, as llm_query is: not one of the code's variables, and kept when it resets.
+    out[#out + 1] = ("def %s(%s):\n    %s\n    return _rlm_tool(%q, {%s})\n__builtins__[%q] = %s\ndel %s\n")
+      :format(t.name, table.concat(sig, ", "), py_string(table.concat(doc, "\n    ")), t.name,
+              table.concat(pass, ", "), t.name, t.name, t.name)
+  end
+  return table.concat(out, "\n")
+end
+
+--- The tools as the system prompt lists them, one line each.
+function M.prompt_text(list)
+  if #list == 0 then return "" end
+  local out = {"Tools (Python functions; each call runs outside the REPL and returns JSON data):"}
+  for _, t in ipairs(list) do
+    local sig = {}
+    for _, p in ipairs(t.params) do sig[#sig + 1] = p.required and p.name or (p.name .. "=None") end
+    local desc = t.description:match("^[^\n]*")
+    out[#out + 1] = ("- %s(%s)%s"):format(t.name, table.concat(sig, ", "), desc ~= "" and (": " .. desc) or "")
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+--- Calls a tool with args (a table); returns its answer (JSON-able) or nil, err.
+function M.invoke(t, args)
+  if t.server then return t.server:call(t.remote, args) end
+  local ok, res, err = pcall(t.fn, args)
+  if not ok then return nil, tostring(res):gsub("^[^:\n]+:%d+: ", "") end
+  if res == nil and err ~= nil then return nil, tostring(err) end
+  if res == nil then return json.null end
+  return res
+end
+
+--- Closes the MCP servers of a tool list.
+function M.close(list)
+  local done = {}
+  for _, t in ipairs(list or {}) do
+    if t.server and not done[t.server] then done[t.server] = true; t.server:close() end
+  end
+end
+
+return M
