@@ -327,7 +327,6 @@ function M.create(opts)
   return self
 end
 
-
 -- ---------- the driver ----------
 
 -- Our sandboxes are ephemeral (autoDeleteInterval 0): stopping one, by request or by
