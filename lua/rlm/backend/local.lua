@@ -27,14 +27,14 @@
 --
 -- RLM_BWRAP and RLM_PYTHON (or the bwrap/python options) name other executables; the Python
 -- one must be visible inside the sandbox, i.e. live under /usr or be a virtualenv's link to it.
--- The venv option (or RLM_VENV) binds a user's packages read-only (rlm.backend.venv).
+-- The venv option (or RLM_VENV) binds a user's packages read-only (rlm.venv).
 -- The interface this implements is written down at the top of lua/rlm/interpreter.lua.
 local json = require "rlm.json"
 local common = require "rlm.backend.common"
 local limits = require "rlm.limits"
 local sandbox = require "rlm.core.sandbox"
 local sys = require "rlm.sys"
-local venv = require "rlm.backend.venv"
+local venv = require "rlm.venv"
 
 local clock = sys.now   -- an upvalue on the path of every request
 
@@ -82,11 +82,13 @@ local ETC = {"alternatives", "ssl", "localtime", "timezone", "hosts", "resolv.co
 local Sandbox = {}
 Sandbox.__index = Sandbox
 
--- The host uid and gid the sandbox runs as: nil when rlm is not root (the sandbox then runs as
--- the user who runs rlm, mapped to 1000 inside), else `uid` or RLM_SANDBOX_UID or 65534.
+-- The uid every sandbox of root's runs as when one is named (`uid` or RLM_SANDBOX_UID), nil
+-- when none is (each then gets one of its own), or false when rlm is not root (the sandbox
+-- then runs as the user who runs rlm, mapped to 1000 inside).
 local function sandbox_owner(opts)
-  if sys.getuid() ~= 0 then return nil end
-  local v = opts.uid or sys.getenv("RLM_SANDBOX_UID") or DEFAULT_UID
+  if sys.getuid() ~= 0 then return false end
+  local v = opts.uid or sys.getenv("RLM_SANDBOX_UID")
+  if v == nil then return nil end
   local uid = math.tointeger(tonumber(v))
   if not uid or uid <= 0 or uid >= 2^32 - 1 then
     error(("the sandbox's uid must be a positive number other than 0 (got %s): the code must " ..
@@ -95,7 +97,7 @@ local function sandbox_owner(opts)
   return uid
 end
 
--- The user's packages (rlm.backend.venv): the venv option, else RLM_VENV, else the virtualenv
+-- The user's packages (rlm.venv): the venv option, else RLM_VENV, else the virtualenv
 -- the python named belongs to; nil when none.
 local function user_packages(opts, python)
   local given, what = opts.venv, "venv"
@@ -104,7 +106,11 @@ local function user_packages(opts, python)
     given = venv.of_python(python)
     what = "the virtualenv of " .. python .. ","
   end
-  return given and venv.resolve(given, what, sandbox_owner(opts))
+  -- A sandbox of its own uid (none named) owns none of the folders: any uid of the range
+  -- reaches them as it would.
+  local owner = sandbox_owner(opts)
+  if owner == nil then owner = SANDBOX_UIDS.first end
+  return given and venv.resolve(given, what, owner or nil)
 end
 
 --- The executables this backend runs and the user's packages; raises with install advice when
@@ -134,21 +140,6 @@ local function tools(opts)
       .. "python3-numpy python3-pandas)"):format(python, real), 0)
   end
   return bwrap_path, python, packages
-end
-
--- The uid every sandbox of root's runs as when one is named (`uid` or RLM_SANDBOX_UID), nil
--- when none is (each then gets one of its own), or false when rlm is not root (the sandbox
--- then runs as the user who runs rlm, mapped to 1000 inside).
-local function sandbox_owner(opts)
-  if sys.getuid() ~= 0 then return false end
-  local v = opts.uid or sys.getenv("RLM_SANDBOX_UID")
-  if v == nil then return nil end
-  local uid = math.tointeger(tonumber(v))
-  if not uid or uid <= 0 or uid >= 2^32 - 1 then
-    error(("the sandbox's uid must be a positive number other than 0 (got %s): the code must " ..
-           "never run as host root"):format(tostring(v)), 0)
-  end
-  return uid
 end
 
 -- Why path (a folder rlm as root hands to sandboxes, or the parent of one) is not safe: a
