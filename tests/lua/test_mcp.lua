@@ -570,6 +570,26 @@ tests["2025-03-26 sessions take JSON-RPC batches, over stdio and HTTP"] = functi
   T.eq(post(url, '[{"jsonrpc":"2.0","method":"notifications/initialized"}]', h).status, 202)
 end
 
+-- A sparse file of most of a GiB (the most the code may write): a download that read the whole
+-- file to send a part of it would hold the whole file in the server's memory.
+tests["stdio: sandbox_download reads only the part it sends"] = function()
+  local s = stdio_server()
+  local far = 1000 * 1000 * 1000
+  local r = s.tool(1, "sandbox_shell", {command = ("truncate -s %d sparse.bin && printf 'héllo' | " ..
+    "dd of=sparse.bin bs=1 seek=%d conv=notrunc 2>/dev/null && stat -c %%s sparse.bin"):format(far + 100, far)})
+  T.eq(r.result.structuredContent.output, tostring(far + 100) .. "\n")
+  s.send{jsonrpc = "2.0", id = 2, method = "tools/call", params = {name = "sandbox_download",
+         arguments = {path = "sparse.bin", offset = far + 2, length = 6}}}
+  r = s.reply(2, 60).result
+  T.eq(r.isError, nil, r.content[1].text)
+  -- asked from inside é (two bytes from far + 1): the part starts where the character does
+  T.eq(r.content[1].text, "éllo\0\0")
+  T.eq(r.structuredContent, {path = "sparse.bin", bytes = far + 100, encoding = "utf-8",
+                             offset = far + 1, length = 7, next_offset = far + 8})
+  local peak = tonumber(assert(sys.read_file("/proc/" .. s.proc:pid() .. "/status")):match("VmHWM:%s*(%d+)"))
+  T.truthy(peak > 1000 and peak < 300 * 1024, ("the server's peak memory: %d KiB"):format(peak))
+end
+
 tests["stdio: a 2.5 MB SUBMIT arrives, its payload sent once"] = function()
   local s = stdio_server()
   s.send{jsonrpc = "2.0", id = 1, method = "tools/call", params = {name = "sandbox_exec_stateful",

@@ -622,7 +622,7 @@ M.definitions = {
     inputSchema = in_workspace(object({
       path = str("the file to read", {minLength = 1}),
       encoding = {type = "string", enum = json.array{"auto", "utf-8", "base64"},
-                  description = "auto (default): utf-8 when the bytes are text, else base64"},
+                  description = "auto (default): utf-8 when this part's bytes are text, else base64"},
       offset = integer("the first byte to read (default 0)", 0),
       length = integer("at most this many bytes (default: as many as one answer carries)", 1),
     }, {"path"})),
@@ -633,21 +633,29 @@ M.definitions = {
                           {"path", "bytes", "encoding", "offset", "length"})),
     annotations = {readOnlyHint = true, openWorldHint = false},
     session = function(interp, args, server)
-      local data, err = interp:download(sandbox_path(args.path))
-      if not data then return mcp.error_result("cannot read " .. args.path .. ": " .. tostring(err)) end
+      local offset, want = args.offset or 0, args.length or server.cfg.part_bytes
+      -- Only the asked range is read, and up to 3 bytes each side of it: where a UTF-8
+      -- character starts.
+      local from = math.max(0, offset - 3)
+      local window, size = interp:download(sandbox_path(args.path), from, offset - from + want + 3)
+      if not window then return mcp.error_result("cannot read " .. args.path .. ": " .. tostring(size)) end
       local encoding = args.encoding or "auto"
-      if encoding == "auto" then encoding = utf8.len(data) and "utf-8" or "base64" end
-      local first, last = M.part(data, args.offset or 0, args.length or server.cfg.part_bytes, encoding)
-      local piece = data:sub(first + 1, last)
+      local first, last = M.part(window, math.min(offset - from, #window), want, "utf-8")
+      if encoding == "auto" then   -- decided by this part's bytes
+        encoding = utf8.len(window:sub(first + 1, last)) and "utf-8" or "base64"
+      end
+      if encoding ~= "utf-8" then first, last = M.part(window, math.min(offset - from, #window), want, encoding) end
+      local piece = window:sub(first + 1, last)
+      first, last = math.min(first + from, size), math.min(last + from, size)
       local content = encoding == "base64" and M.base64_encode(piece) or piece
-      local more = last < #data
-      local structured = {path = args.path, bytes = #data, encoding = encoding, offset = first,
+      local more = last < size
+      local structured = {path = args.path, bytes = size, encoding = encoding, offset = first,
                           length = #piece, next_offset = more and last or nil}
       -- The payload goes once, as text; the structured part describes it.
       local res = mcp.text_result(content, structured)
       if more then
         res.content[2] = {type = "text", text = ("(bytes %d to %d of %d; call sandbox_download " ..
-          "with offset=%d for the rest)"):format(first, last, #data, last)}
+          "with offset=%d for the rest)"):format(first, last, size, last)}
       end
       return res
     end,
