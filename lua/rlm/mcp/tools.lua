@@ -398,15 +398,16 @@ local function loop_result(res, outputs)
   return mcp.text_result(text, structured)
 end
 
-local function number(description, minimum)
-  return {type = "number", minimum = minimum, description = description}
+local function number(description, minimum, maximum)
+  return {type = "number", minimum = minimum, maximum = maximum, description = description}
 end
 
 local function integer(description, minimum, maximum)
   return {type = "integer", minimum = minimum, maximum = maximum, description = description}
 end
 
-local CODE_TIMEOUT = number("seconds before the code is stopped (default 300)", 0.1)
+local DAY = 24 * 3600
+local CODE_TIMEOUT = number("seconds before the code is stopped (default 300, at most a day)", 0.1, DAY)
 
 -- ---------------------------------------------------------------- files in parts
 
@@ -687,7 +688,7 @@ M.definitions = {
       "return its exit status and combined output.",
     inputSchema = in_workspace(object({
       command = str("the command line (run by sh -c)", {minLength = 1}),
-      timeout = number("seconds before it is stopped (default 60)", 0.1),
+      timeout = number("seconds before it is stopped (default 60, at most a day)", 0.1, DAY),
     }, {"command"})),
     outputSchema = out_workspace(object(with_big_fields{exit = {type = "integer"},
                                                         output = {type = "string"}}, {"exit"})),
