@@ -596,6 +596,27 @@ tests["stdio: sandbox_download reads only the part it sends"] = function()
   T.truthy(peak > 1000 and peak < 300 * 1024, ("the server's peak memory: %d KiB"):format(peak))
 end
 
+tests["stdio: every tool declares its output; runs say what they cost and take max_cost"] = function()
+  F.model(answer_script("SUBMIT(answer='done')"))
+  local s = stdio_server()
+  local tools = s.call(1, "tools/list").result.tools
+  T.eq(#tools, 11)
+  for _, t in ipairs(tools) do
+    T.eq(t.outputSchema and t.outputSchema.type, "object", t.name .. " declares its output")
+    if t.name:match("^rlm_") and t.name ~= "rlm_status" then
+      T.truthy(t.inputSchema.properties.max_cost, t.name .. " takes max_cost")
+      for _, fact in ipairs{"billed to this server's key", "max_cost", "without network", "numpy"} do
+        T.contains(t.description, fact)
+      end
+    end
+  end
+  local r = s.tool(2, "rlm_execute", {task = "Say done.", max_cost = 0.000001})
+  T.eq(r.result.isError, true, "a cap the first call would pass stops the run")
+  T.contains(r.result.content[1].text, "max_cost")
+  r = s.tool(3, "rlm_execute", {task = "Say done."})
+  T.eq(r.result.content[1].text, "done", "without the cap the same run answers")
+end
+
 tests["stdio: a 2.5 MB SUBMIT arrives, its payload sent once"] = function()
   local s = stdio_server()
   s.send{jsonrpc = "2.0", id = 1, method = "tools/call", params = {name = "sandbox_exec_stateful",
