@@ -775,10 +775,10 @@ function Sandbox:upload(path, data)
   return sandbox.write_beneath(dir, rel, data, {mkdirs = true, uid = self.uid, gid = self.uid})
 end
 
-function Sandbox:download(path)
+function Sandbox:download(path, offset, length)
   local dir, rel = self:beneath(path)
   if not dir then return nil, rel end
-  return sandbox.read_beneath(dir, rel)
+  return sandbox.read_beneath(dir, rel, offset, length)
 end
 
 --- Entries under dir, recursively: {path=, type="file"|"dir"|"link"|"other", size=}, sorted.
