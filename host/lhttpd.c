@@ -220,6 +220,16 @@ static void dequeue(struct server *s, struct hreq *r)
         }
 }
 
+/* A client refused for want of a token is told what to send: people read the body, clients the
+ * header (RFC 6750). There is no OAuth to discover: the token is the server's RLM_MCP_TOKEN. */
+#define NEEDS_TOKEN "this server needs a bearer token: send the header 'Authorization: Bearer " \
+    "<token>', with the RLM_MCP_TOKEN the server was started with (it offers no OAuth sign-in; " \
+    "in Claude Code: claude mcp add --transport http NAME URL --header 'Authorization: Bearer " \
+    "<token>')\n"
+#define WRONG_TOKEN "the bearer token sent is not this server's token (its RLM_MCP_TOKEN)\n"
+#define AUTHENTICATE "Bearer realm=\"rlm\", error=\"invalid_token\", error_description=\"" \
+    "send Authorization: Bearer <token> with the server's RLM_MCP_TOKEN; no OAuth is offered\""
+
 static enum MHD_Result queue_plain(struct MHD_Connection *c, unsigned status, const char *text)
 {
     struct MHD_Response *res =
@@ -232,7 +242,7 @@ static enum MHD_Result queue_plain(struct MHD_Connection *c, unsigned status, co
         MHD_add_response_header(res, "Connection", "close");
     }
     if (status == 401)
-        MHD_add_response_header(res, "WWW-Authenticate", "Bearer realm=\"rlm\"");
+        MHD_add_response_header(res, "WWW-Authenticate", AUTHENTICATE);
     enum MHD_Result ok = MHD_queue_response(c, status, res);
     MHD_destroy_response(res);
     return ok;
@@ -335,12 +345,12 @@ static unsigned refusal(struct server *s, struct MHD_Connection *c, const char *
             return 0;
         const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
         if (auth == NULL || strncasecmp(auth, "bearer", 6) != 0 || (auth[6] != ' ' && auth[6] != '\t'))
-            return *why = "missing or wrong bearer token\n", 401;
+            return *why = NEEDS_TOKEN, 401;
         auth += 6;
         while (*auth == ' ' || *auth == '\t')
             auth++;
         if (!same_secret(auth, a->token))
-            return *why = "missing or wrong bearer token\n", 401;
+            return *why = WRONG_TOKEN, 401;
     }
     return 0;
 }

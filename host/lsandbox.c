@@ -1,6 +1,8 @@
 /* lsandbox.c — rlm.core.sandbox: the C side of the local sandbox's boundary.
  *   seccomp_filter() -> bytes      the BPF program bwrap installs (--seccomp FD)
- *   read_beneath(root, rel) -> bytes | nil, err, errno
+ *   read_beneath(root, rel[, offset, length]) -> bytes, size | nil, err, errno
+ *                                  the file's bytes from offset (default 0), at most length
+ *                                  (default all), and the file's whole size
  *   write_beneath(root, rel, data[, {mkdirs=, uid=, gid=, mode=}]) -> true | nil, err, errno
  *   list_beneath(root, rel) -> {{path=, type=, size=}, ...} | nil, err, errno
  *   usage(root) -> bytes allocated under root | nil, err, errno
@@ -155,12 +157,39 @@ static int read_all(int fd, struct buf *out)
     }
 }
 
+/* Reads at most max bytes from fd into out (all of it when max is negative). */
+static int read_upto(int fd, struct buf *out, long long max)
+{
+    if (max < 0)
+        return read_all(fd, out);
+    char chunk[65536];
+    while (max > 0) {
+        ssize_t n = read(fd, chunk, max < (long long)sizeof chunk ? (size_t)max : sizeof chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            return 0;
+        if (buf_add(out, chunk, (size_t)n) != 0) {
+            errno = ENOMEM;
+            return -1;
+        }
+        max -= n;
+    }
+    return 0;
+}
+
 static int l_read_beneath(lua_State *L)
 {
     const char *root = luaL_checkstring(L, 1);
     const char *rel = check_rel(L, 2);
     if (rel == NULL)
         return bad_rel(L);
+    lua_Integer offset = luaL_optinteger(L, 3, 0);
+    lua_Integer length = luaL_optinteger(L, 4, -1);
+    luaL_argcheck(L, offset >= 0, 3, "offset must be 0 or more");
+    luaL_argcheck(L, length >= -1, 4, "length must be 0 or more");
     int dir = open_root(root);
     if (dir < 0)
         return fail(L, root, errno);
@@ -177,8 +206,10 @@ static int l_read_beneath(lua_State *L)
         errno = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
         r = -1;
     }
+    if (r == 0 && offset > 0 && lseek(fd, offset < st.st_size ? offset : st.st_size, SEEK_SET) < 0)
+        r = -1;
     if (r == 0)
-        r = fcntl(fd, F_SETFL, 0) == 0 && buf_add(&data, NULL, 0) == 0 ? read_all(fd, &data) : -1;
+        r = fcntl(fd, F_SETFL, 0) == 0 && buf_add(&data, NULL, 0) == 0 ? read_upto(fd, &data, length) : -1;
     e = errno;
     close(fd);
     if (r != 0) {
@@ -187,7 +218,8 @@ static int l_read_beneath(lua_State *L)
     }
     lua_pushlstring(L, data.data, data.len);
     buf_free(&data);
-    return 1;
+    lua_pushinteger(L, (lua_Integer)st.st_size);
+    return 2;
 }
 
 /* ---------- write ---------- */

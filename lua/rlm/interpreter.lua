@@ -37,7 +37,8 @@
 --                                  Without it the calls of a block are answered one at a time.
 --   sb:kill_driver()               stops the driver at once; start_driver() may follow.
 --   sb:upload(path, data) -> true | nil, err          paths are sandbox paths; relative ones are
---   sb:download(path) -> data | nil, err              under /home/daytona/workspace
+--   sb:download(path) -> data, size | nil, err          under /home/daytona/workspace;
+--   sb:download(path, offset, length)                   a range of the file (size: the whole)
 --   sb:list(dir) -> {{path=, type=, size=}, ...} | nil, err   recursive, sorted
 --   sb:shell(cmd, timeout) -> {exit=, output=} | nil, err
 --   sb:driver_pid()                optional: the driver's pid where that means something.
@@ -678,9 +679,10 @@ function Interp:upload(path, data)
   return true
 end
 
---- A file's bytes, or nil, err.
-function Interp:download(path)
-  return sandbox_of(self):download(path)
+--- A file's bytes from offset (default 0), at most length (default all), and the file's size;
+-- or nil, err.
+function Interp:download(path, offset, length)
+  return sandbox_of(self):download(path, offset, length)
 end
 
 --- Entries under dir (default the workspace), recursively: {{path=, type=, size=}, ...} | nil, err.

@@ -38,7 +38,8 @@ local function model_facts(run, label, role)
           cached_input = p and (p.cached_input or p.input),
           cache_write = p and p.cache_write,
           context_window = llm.context_window(label, run.context_windows),
-          output_limit = run:output_limit(label)}
+          -- a root turn may write its model's limit; a sub-call is held to max_output_tokens
+          output_limit = (run:output_cap(label, 0, role ~= "root"))}
 end
 
 -- The most one call on m can cost (its window of input, written to a cache when that costs

@@ -35,7 +35,13 @@ end
 function M.writer(path, append, sink)
   local f
   if path then
-    if append then drop_cut_record(path) end
+    if append then
+      drop_cut_record(path)
+    elseif (sys.stat(path) or {}).type == "file" then
+      -- a new run's file replaces the old one whole (a reader of the old one keeps it)
+      local ok, err = sys.remove(path)
+      if not ok then error("cannot write the trace file: " .. tostring(err), 0) end
+    end
     local err
     f, err = io.open(path, append and "a" or "w")
     if not f then error("cannot write the trace file: " .. err, 0) end

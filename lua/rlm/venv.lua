@@ -20,30 +20,29 @@ function M.of_python(python)
   return dir
 end
 
--- The sandbox, running as another user than the folder's owner, binds the folder by its path:
--- every folder above must let others through, and the folder must be readable to them. Nil, or
--- why not.
-local function unreachable(dir)
+-- The sandbox's uid binds the folder by its path: every folder above must let it through, and
+-- the folder itself must be readable to it. Nil, or why not.
+local function unreachable(uid, dir)
   local path = ""
   for part in dir:gmatch("[^/]+") do
     local st = sys.stat(path == "" and "/" or path)
-    if st and st.mode & 1 == 0 then
-      return ("the sandbox runs as another user than rlm's, and %s lets only its owner " ..
-              "through (chmod o+x it)"):format(path == "" and "/" or path)
+    if st and st.uid ~= uid and st.mode & 1 == 0 then
+      return ("the sandbox runs as uid %d, and %s lets only its owner through (chmod o+x it)")
+        :format(uid, path == "" and "/" or path)
     end
     path = path .. "/" .. part
   end
-  if sys.stat(dir).mode & 5 ~= 5 then
-    return "the sandbox runs as another user than rlm's, and cannot read it (chmod o+rx it)"
+  local st = sys.stat(dir)
+  if st.uid ~= uid and st.mode & 5 ~= 5 then
+    return ("the sandbox runs as uid %d, and cannot read it (chmod o+rx it)"):format(uid)
   end
   return nil
 end
 
 --- What folder `given` (the venv option or RLM_VENV, named `what` in messages) brings into the
--- sandbox, which runs as another user than rlm's when `as_other`: {dir =, python =} for a
--- virtualenv, {dir =, site_dir =} for a folder of packages. Raises one line saying why when it
--- cannot be used.
-function M.resolve(given, what, as_other)
+-- sandbox of host uid `uid` (nil: rlm's own): {dir =, python =} for a virtualenv, {dir =,
+-- site_dir =} for a folder of packages. Raises one line saying why when it cannot be used.
+function M.resolve(given, what, uid)
   local function unusable(why) error(("%s %s cannot be used: %s"):format(what, given, why), 0) end
   if type(given) ~= "string" or given == "" then unusable("give the folder of a virtualenv or of packages") end
   local dir = sys.realpath(given)
@@ -53,7 +52,7 @@ function M.resolve(given, what, as_other)
   if dir == "/" or dir:match("^/proc/?") or dir:match("^/dev/?") or dir:match("^/home/daytona/?") then
     unusable("the sandbox has a folder of its own there")
   end
-  local why = as_other and unreachable(dir)
+  local why = uid and unreachable(uid, dir)
   if why then unusable(why) end
   if not sys.stat(dir .. "/pyvenv.cfg") then return {dir = dir, site_dir = dir} end
   local python = dir .. "/bin/python3"

@@ -17,14 +17,23 @@ local REQUESTS = 8       -- three turns and two sub-calls; a child's two turns a
 local function script()
   return {rules = {
     {match = "^SUB", reply_expr = "'ans ' + prompt[4:]"},
-    -- the child (rlm_query) runs on the sub-model
+    -- the child (rlm_query) runs on the sub-model, the root on the root model
     {model = "^kid", match = "Task: inner", reply = F.code("c = llm_query('SUB 3')\nprint(c)")},
     {model = "^kid", match = "Turn 2 of", reply = F.code("SUBMIT(answer=c)")},
-    {match = "Task: kills", reply = F.code("x = llm_query('SUB 1')\nprint(x)")},
-    {match = "Turn 2 of", reply = F.code("y = llm_query('SUB 2')\nz = rlm_query('inner')\n"
-                                          .. "print(y, z)")},
-    {match = "Turn 3 of", reply = F.code("SUBMIT(answer=x + '|' + y + '|' + z)")},
-  }}
+    {model = "^root", match = "Task: kills", reply = F.code("x = llm_query('SUB 1')\nprint(x)")},
+    {model = "^root", match = "Turn 2 of", reply = F.code("y = llm_query('SUB 2')\n"
+                                                          .. "z = rlm_query('inner')\nprint(y, z)")},
+    {model = "^root", match = "Turn 3 of", reply = F.code("SUBMIT(answer=x + '|' + y + '|' + z)")},
+  }, default = "UNEXPECTED"}
+end
+
+-- The file's records in short (depth:type:turn:run), to tell what happened when a trial fails.
+local function outline(path)
+  local out = {}
+  for _, r in ipairs(trace.read(path) or {}) do
+    out[#out + 1] = ("%s:%s:%s:%s"):format(r.depth, r.type, r.turn or "", r.slot or r.run)
+  end
+  return table.concat(out, " ")
 end
 
 -- Whether the file holds a run to resume (a kill before the start record leaves none).
@@ -85,7 +94,7 @@ function()
     end
     local r = T.run_rlm({table.unpack(argv_for(path), 2)}, {env = env, timeout = 120})
     T.eq(r.code, 0, why .. ": " .. r.stderr)
-    T.eq(r.stdout, base.stdout, why)
+    T.eq(r.stdout, base.stdout, why .. ": " .. outline(path))
     local spent = F.stats(server).requests - before
     T.truthy(spent >= REQUESTS and spent <= REQUESTS + landed,
              ("%s: %d requests for %d kills (want %d, plus at most one a kill)"):format(

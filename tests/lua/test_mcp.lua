@@ -125,7 +125,16 @@ tests["stdio: bad input gets the right answer and the server keeps serving"] = f
   T.contains(r.result.content[1].text, "arguments.code must be a string")
   r = s.tool(4, "sandbox_exec", {code = "print(1)", bogus = true})
   T.eq(r.result.isError, true)
-  T.contains(r.result.content[1].text, "unknown property 'bogus'")
+  T.contains(r.result.content[1].text, "unknown property 'bogus'; the valid ones: code, timeout")
+  r = s.call(40, "tools/call", {"sandbox_exec", {code = "print(1)"}})
+  T.eq(r.error.code, -32602)
+  T.contains(r.error.message, "params must be an object (by name), not an array")
+  r = s.tool(41, "rlm_analyze", {data = "a b", qestion = "How many?"})
+  T.eq(r.result.isError, true)
+  T.contains(r.result.content[1].text, "unknown property 'qestion' (did you mean 'question'?)")
+  r = s.tool(42, "sandbox_exec", {code = "print(1)", timeout = 1e308})
+  T.eq(r.result.isError, true)
+  T.contains(r.result.content[1].text, "arguments.timeout must be at most")
   s.send('{"jsonrpc":"2.0","id":5}')
   T.eq(s.reply(5).error.code, -32600)
   s.send('[{"jsonrpc":"2.0","id":6,"method":"ping"}]')
@@ -469,8 +478,15 @@ tests["http: foreign Host and Origin are refused; the token is checked on every 
   T.eq(post(url, INIT, {Host = "localhost:" .. port, Origin = "http://localhost:" .. port}).status, 200)
 
   local url2 = http_server({RLM_MCP_TOKEN = "s3cret-token", PATH = sys.getenv("PATH")})
-  T.eq(post(url2, INIT).status, 401)
-  T.eq(post(url2, INIT, {Authorization = "Bearer wrong"}).status, 401)
+  local refused = post(url2, INIT)
+  T.eq(refused.status, 401)
+  -- it says what to send, to a person and to a client (no OAuth to look for)
+  T.contains(refused.body, "needs a bearer token: send the header 'Authorization: Bearer <token>'")
+  T.contains(refused.headers["www-authenticate"], 'error="invalid_token"')
+  T.contains(refused.headers["www-authenticate"], "error_description=")
+  refused = post(url2, INIT, {Authorization = "Bearer wrong"})
+  T.eq(refused.status, 401)
+  T.contains(refused.body, "not this server's token")
   local res = post(url2, INIT, {Authorization = "Bearer s3cret-token"})
   T.eq(res.status, 200)
   local h = {["Mcp-Session-Id"] = res.headers["mcp-session-id"]}
@@ -479,8 +495,6 @@ tests["http: foreign Host and Origin are refused; the token is checked on every 
   T.eq(post(url2, {jsonrpc = "2.0", id = 1, method = "ping"}, h).status, 200)
   h.Authorization = "BEARER s3cret-token"
   T.eq(post(url2, {jsonrpc = "2.0", id = 2, method = "ping"}, h).status, 200, "the scheme is any case")
-  res = post(url2, INIT)
-  T.eq(res.headers["www-authenticate"], 'Bearer realm="rlm"')
 end
 
 -- Starts a tools/call over SSE with curl, so the test can drop the connection by killing it.
@@ -598,6 +612,47 @@ tests["2025-03-26 sessions take JSON-RPC batches, over stdio and HTTP"] = functi
   T.eq(res.status, 200)
   T.eq(#json.decode(res.body), 2)
   T.eq(post(url, '[{"jsonrpc":"2.0","method":"notifications/initialized"}]', h).status, 202)
+end
+
+-- A sparse file of most of a GiB (the most the code may write): a download that read the whole
+-- file to send a part of it would hold the whole file in the server's memory.
+tests["stdio: sandbox_download reads only the part it sends"] = function()
+  local s = stdio_server()
+  local far = 1000 * 1000 * 1000
+  local r = s.tool(1, "sandbox_shell", {command = ("truncate -s %d sparse.bin && printf 'héllo' | " ..
+    "dd of=sparse.bin bs=1 seek=%d conv=notrunc 2>/dev/null && stat -c %%s sparse.bin"):format(far + 100, far)})
+  T.eq(r.result.structuredContent.output, tostring(far + 100) .. "\n")
+  s.send{jsonrpc = "2.0", id = 2, method = "tools/call", params = {name = "sandbox_download",
+         arguments = {path = "sparse.bin", offset = far + 2, length = 6}}}
+  r = s.reply(2, 60).result
+  T.eq(r.isError, nil, r.content[1].text)
+  -- asked from inside é (two bytes from far + 1): the part starts where the character does
+  T.eq(r.content[1].text, "éllo\0\0")
+  T.eq(r.structuredContent, {path = "sparse.bin", bytes = far + 100, encoding = "utf-8",
+                             offset = far + 1, length = 7, next_offset = far + 8})
+  local peak = tonumber(assert(sys.read_file("/proc/" .. s.proc:pid() .. "/status")):match("VmHWM:%s*(%d+)"))
+  T.truthy(peak > 1000 and peak < 300 * 1024, ("the server's peak memory: %d KiB"):format(peak))
+end
+
+tests["stdio: every tool declares its output; runs say what they cost and take max_cost"] = function()
+  F.model(answer_script("SUBMIT(answer='done')"))
+  local s = stdio_server()
+  local tools = s.call(1, "tools/list").result.tools
+  T.eq(#tools, 11)
+  for _, t in ipairs(tools) do
+    T.eq(t.outputSchema and t.outputSchema.type, "object", t.name .. " declares its output")
+    if t.name:match("^rlm_") and t.name ~= "rlm_status" then
+      T.truthy(t.inputSchema.properties.max_cost, t.name .. " takes max_cost")
+      for _, fact in ipairs{"billed to this server's key", "max_cost", "without network", "numpy"} do
+        T.contains(t.description, fact)
+      end
+    end
+  end
+  local r = s.tool(2, "rlm_execute", {task = "Say done.", max_cost = 0.000001})
+  T.eq(r.result.isError, true, "a cap the first call would pass stops the run")
+  T.contains(r.result.content[1].text, "max_cost")
+  r = s.tool(3, "rlm_execute", {task = "Say done."})
+  T.eq(r.result.content[1].text, "done", "without the cap the same run answers")
 end
 
 tests["stdio: a 2.5 MB SUBMIT arrives, its payload sent once"] = function()

@@ -193,6 +193,16 @@ tests["deploy: a deployment with other keys is not silently reused"] = function(
   no_key_anywhere()
 end
 
+tests["deploy: a sandbox whose glibc is too old is named as such"] = function()
+  local deploy_cmd = require "rlm.cmd.mcp_deploy"
+  local msg = deploy_cmd.glibc_mismatch(
+    "/home/daytona/.rlm/bin/rlm: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.38' not found " ..
+    "(required by /home/daytona/.rlm/bin/rlm)\n\tlinux-vdso.so.1 (0x00007ffd)\n")
+  T.contains(msg, "GLIBC_2.38 not found")
+  T.contains(msg, "older than the one this rlm was built with")
+  T.eq(deploy_cmd.glibc_mismatch("\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x7f)\n"), nil)
+end
+
 tests["deploy: mistakes in the command line and unknown deployments"] = function()
   local s = D.standin()
   local env = D.env(s)

@@ -253,6 +253,23 @@ tests["a 20 MB rlm_execute answer over HTTP is kept as a file and read in parts"
   T.truthy(#parts >= 2, #parts .. " parts")
 end
 
+tests["rlm-mcp's MCP_TRANSPORT, MCP_PORT and RLM_MAX_OUTPUT_CHARS are read"] = function()
+  -- a free port, found by binding 0 and letting go
+  local probe = assert(require("rlm.core.httpd").listen{host = "127.0.0.1", port = 0})
+  local port = probe:port()
+  probe:close()
+  local env = {PATH = sys.getenv("PATH"), HOME = sys.getenv("HOME"), MCP_TRANSPORT = "http",
+               MCP_PORT = tostring(port), RLM_MAX_OUTPUT_CHARS = "200000"}
+  local proc = assert(sys.spawn{argv = {T.rlm, "mcp"}, stdin = "null", stderr = "pipe", env = env})
+  T.defer(function() proc:kill("TERM"); sys.wait(proc, 5); proc:close() end)
+  T.eq(sys.read_line(proc, 30), ("READY http://127.0.0.1:%d"):format(port))
+  local url = ("http://127.0.0.1:%d/mcp"):format(port)
+  local r = call(url, open_session(url), "sandbox_exec", {code = "SUBMIT(answer='x' * 300000)"})
+  T.contains(text_of(r), "--max-result 200000", "the cap came from RLM_MAX_OUTPUT_CHARS")
+  local bad = assert(sys.run({T.rlm, "mcp"}, {env = {PATH = env.PATH, MCP_TRANSPORT = "carrier-pigeon"}}))
+  T.contains(bad.stderr, "MCP_TRANSPORT=carrier-pigeon: use stdio or http")
+end
+
 tests["connections past the limit get 503 with Retry-After, not a reset"] = function()
   local held, release = 0, false
   local base = T.serve(function(req)

@@ -37,6 +37,9 @@ local NOT_HERE = {
   {"list_of_requests", "a fragment: list_of_requests is the reader's"},
   {"llm.usage()", "a fragment of the block above it"},
   {"llm.complete{", "needs a provider's key and network"},
+  {"issues-server.js", "a fragment: the reader's own tools (tests/lua/test_tools.lua runs them)"},
+  {"api.search.example", "needs the reader's search API and key"},
+  {"server-github", "needs npx, the network and a GitHub token"},
 }
 
 -- The README and the reference in docs/: every page a reader copies from.

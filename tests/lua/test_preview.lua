@@ -51,8 +51,9 @@ function()
   T.eq(res.reason, "dry_run")
   T.eq(F.stats(server).requests, 0)
   local w = res.preview.worst_case
-  -- 11 root calls and 10 sub-calls, each a full window in and the output limit out
-  local root = (128000 * 2.5 + 8192 * 10) / 1e6
+  -- 11 root calls and 10 sub-calls, each a full window in and its output cap out (a root
+  -- turn: gpt-4o's 16,384; a sub-call: max_output_tokens)
+  local root = (128000 * 2.5 + 16384 * 10) / 1e6
   local sub = (128000 * 0.15 + 8192 * 0.6) / 1e6
   T.truthy(math.abs(w.cost - (11 * root + 10 * sub)) < 1e-9, tostring(w.cost))
   T.contains(w.by, "11 root calls")

@@ -176,4 +176,20 @@ function()
   replay_clean(path, server)
 end
 
+tests["a new run over an old trajectory replaces the file whole, never cuts it in place"] =
+function()
+  local server = F.model{rules = {{match = ".", reply = F.code("SUBMIT(answer='new')")}}}
+  local dir = T.tmpdir()
+  local path = dir .. "/run.jsonl"
+  local old = '{"type":"start","task":"old"}\n{"type":"final","reason":"submitted"}\n'
+  assert(sys.write_file(path, old))
+  local held = assert(io.open(path, "rb"))   -- as `rlm trace --follow` holds it
+  T.defer(function() held:close() end)
+  local r = T.run_rlm({"ask", "new", "--trace", path, "--quiet"},
+                      {env = F.env(server, {TMPDIR = dir})})
+  T.eq(r.code, 0, r.stderr)
+  T.eq(held:read("a"), old, "the old file was not cut or overwritten")
+  T.contains(assert(sys.read_file(path)), '"task":"new"')
+end
+
 return tests

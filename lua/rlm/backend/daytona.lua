@@ -327,7 +327,6 @@ function M.create(opts)
   return self
 end
 
-
 -- ---------- the driver ----------
 
 -- Our sandboxes are ephemeral (autoDeleteInterval 0): stopping one, by request or by
@@ -510,14 +509,17 @@ function Sandbox:upload(path, data)
   return true
 end
 
-function Sandbox:download(path)
+-- The toolbox sends whole files: a range is cut here.
+function Sandbox:download(path, offset, length)
   local p, err = sandbox_path(path)
   if not p then return nil, err end
   local got, why = self.toolbox:download({p}, {timeout = 120})
   if not got then return nil, file_error(p, why) end
   local data = got[p]
   if type(data) ~= "string" then return nil, file_error(p, data) end
-  return data
+  if not offset and not length then return data, #data end
+  local first = math.min(offset or 0, #data)
+  return data:sub(first + 1, length and first + length or #data), #data
 end
 
 local TYPES = {f = "file", d = "dir", l = "link"}

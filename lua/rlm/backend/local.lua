@@ -82,6 +82,21 @@ local ETC = {"alternatives", "ssl", "localtime", "timezone", "hosts", "resolv.co
 local Sandbox = {}
 Sandbox.__index = Sandbox
 
+-- The uid every sandbox of root's runs as when one is named (`uid` or RLM_SANDBOX_UID), nil
+-- when none is (each then gets one of its own), or false when rlm is not root (the sandbox
+-- then runs as the user who runs rlm, mapped to 1000 inside).
+local function sandbox_owner(opts)
+  if sys.getuid() ~= 0 then return false end
+  local v = opts.uid or sys.getenv("RLM_SANDBOX_UID")
+  if v == nil then return nil end
+  local uid = math.tointeger(tonumber(v))
+  if not uid or uid <= 0 or uid >= 2^32 - 1 then
+    error(("the sandbox's uid must be a positive number other than 0 (got %s): the code must " ..
+           "never run as host root"):format(tostring(v)), 0)
+  end
+  return uid
+end
+
 -- The user's packages (rlm.venv): the venv option, else RLM_VENV, else the virtualenv
 -- the python named belongs to; nil when none.
 local function user_packages(opts, python)
@@ -91,8 +106,11 @@ local function user_packages(opts, python)
     given = venv.of_python(python)
     what = "the virtualenv of " .. python .. ","
   end
-  -- as root, the sandbox runs as another user than rlm's, who must be let through
-  return given and venv.resolve(given, what, sys.getuid() == 0)
+  -- A sandbox of its own uid (none named) owns none of the folders: any uid of the range
+  -- reaches them as it would.
+  local owner = sandbox_owner(opts)
+  if owner == nil then owner = SANDBOX_UIDS.first end
+  return given and venv.resolve(given, what, owner or nil)
 end
 
 --- The executables this backend runs and the user's packages; raises with install advice when
@@ -122,21 +140,6 @@ local function tools(opts)
       .. "python3-numpy python3-pandas)"):format(python, real), 0)
   end
   return bwrap_path, python, packages
-end
-
--- The uid every sandbox of root's runs as when one is named (`uid` or RLM_SANDBOX_UID), nil
--- when none is (each then gets one of its own), or false when rlm is not root (the sandbox
--- then runs as the user who runs rlm, mapped to 1000 inside).
-local function sandbox_owner(opts)
-  if sys.getuid() ~= 0 then return false end
-  local v = opts.uid or sys.getenv("RLM_SANDBOX_UID")
-  if v == nil then return nil end
-  local uid = math.tointeger(tonumber(v))
-  if not uid or uid <= 0 or uid >= 2^32 - 1 then
-    error(("the sandbox's uid must be a positive number other than 0 (got %s): the code must " ..
-           "never run as host root"):format(tostring(v)), 0)
-  end
-  return uid
 end
 
 -- Why path (a folder rlm as root hands to sandboxes, or the parent of one) is not safe: a
@@ -773,10 +776,10 @@ function Sandbox:upload(path, data)
   return sandbox.write_beneath(dir, rel, data, {mkdirs = true, uid = self.uid, gid = self.uid})
 end
 
-function Sandbox:download(path)
+function Sandbox:download(path, offset, length)
   local dir, rel = self:beneath(path)
   if not dir then return nil, rel end
-  return sandbox.read_beneath(dir, rel)
+  return sandbox.read_beneath(dir, rel, offset, length)
 end
 
 --- Entries under dir, recursively: {path=, type="file"|"dir"|"link"|"other", size=}, sorted.

@@ -13,8 +13,10 @@ usage: rlm mcp [--http [HOST:]PORT] [--backend local|daytona] [--model PROVIDER/
        rlm mcp deploy [--name N] ...    the server, always on, in a Daytona sandbox
                                         (`rlm mcp deploy --help`)
 
-Serves rlm's tools over the Model Context Protocol (versions 2025-11-25, 2025-06-18,
-2025-03-26, 2024-11-05):
+Serves rlm's tools over the Model Context Protocol: version 2026-07-28 (stateless: no
+handshake, server/discover, the tasks extension for the rlm_* runs, sandboxes kept between
+calls by a `workspace` handle) and the session versions 2025-11-25, 2025-06-18, 2025-03-26 and
+2024-11-05, side by side:
   rlm_execute, rlm_analyze, rlm_code, rlm_decompose     the RLM loop (needs a model)
   sandbox_exec                                          one Python block, fresh sandbox
   sandbox_exec_stateful, sandbox_upload, sandbox_download, sandbox_files, sandbox_shell
@@ -47,6 +49,10 @@ bigger answer is saved as a file in the sandbox and the result gives its path. O
 sends a big file in parts (offset, length); sandbox_upload takes one in parts (append). Coming from rlm-mcp: its argument names (rlm_code description,
 rlm_decompose complex_task and num_subtasks, sandbox_files path) and its /home/daytona/...
 paths (read as under the workspace) are accepted.
+
+Coming from rlm-mcp, its environment works too: MCP_TRANSPORT=http (or streamable-http) with
+MCP_PORT (default 8000) serves HTTP on 127.0.0.1:MCP_PORT unless --http is given, and
+RLM_MAX_OUTPUT_CHARS sets the default of --max-result.
 
 Test only: --fixtures FILE (or RLM_MCP_FIXTURES=FILE) adds the fixture tools, resources and
 prompts of FILE (the project's tests/mcp/fixtures.lua), which the official MCP conformance suite
@@ -84,6 +90,31 @@ local function list_env(name)
   local out = {}
   for item in v:gmatch("[^,%s]+") do out[#out + 1] = item end
   return out
+end
+
+-- rlm-mcp's variables, where no option says otherwise.
+local SEED_PORT = 8000
+local HTTP_TRANSPORTS = {http = true, ["streamable-http"] = true, streamable_http = true}
+
+function M.seed_environment(opts)
+  local transport = (sys.getenv("MCP_TRANSPORT") or ""):lower()
+  if transport ~= "" and transport ~= "stdio" and not HTTP_TRANSPORTS[transport] then
+    error(("MCP_TRANSPORT=%s: use stdio or http (streamable-http)"):format(transport), 0)
+  end
+  if HTTP_TRANSPORTS[transport] and not opts.http then
+    local port = sys.getenv("MCP_PORT")
+    if port and port ~= "" and not port:match("^%d+$") then
+      error(("MCP_PORT=%s: a port number, such as 8000"):format(port), 0)
+    end
+    opts.http = "127.0.0.1:" .. ((port and port ~= "") and port or SEED_PORT)
+  end
+  local chars = sys.getenv("RLM_MAX_OUTPUT_CHARS")
+  if chars and chars ~= "" and not opts.max_result then
+    opts.max_result = tonumber(chars:match("^%d+$"))
+    if not opts.max_result then
+      error(("RLM_MAX_OUTPUT_CHARS=%s: a whole number of characters"):format(chars), 0)
+    end
+  end
 end
 
 --- The conformance suite's fixtures: a Lua file of the tests (they never ship in the binary).
@@ -129,6 +160,7 @@ function M.main(argv)
   end
   opts.fixtures = opts.fixtures or sys.getenv("RLM_MCP_FIXTURES")
   if opts.fixtures == "" then opts.fixtures = nil end
+  M.seed_environment(opts)
   local server = M.build(opts)
   if opts.fixtures then eprint("TEST MODE: conformance fixtures are registered") end
   -- SIGINT/SIGTERM are how a server is stopped: after the cleanup, no traceback.

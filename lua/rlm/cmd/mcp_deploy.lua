@@ -190,6 +190,16 @@ local function host_libraries()
   return out
 end
 
+--- What ldd's output says of a C library older than the one a program was built with, as a
+-- message that names the version wanted; nil when it says nothing of the kind.
+function M.glibc_mismatch(ldd_output)
+  local need = ldd_output:match("version [`']?(GLIBC_[%d.]+)'? not found")
+  if not need then return nil end
+  return ("the sandbox's C library is older than the one this rlm was built with (%s not found); " ..
+          "deploy from a machine with an older glibc (rlm is built on Debian bookworm), or use a " ..
+          "snapshot with a newer one (--snapshot)"):format(need)
+end
+
 local function is_glibc(name)
   for _, pattern in ipairs(GLIBC) do
     if name:match(pattern) then return true end
@@ -260,6 +270,8 @@ function Remote:put_libraries(program)
   for _ = 1, 4 do
     local _, out = self:run(("LD_LIBRARY_PATH=%s/lib ldd %s 2>&1"):format(self.dir,
                              table.concat(programs, " ")))
+    local old = M.glibc_mismatch(out)
+    if old then error(old, 0) end
     local missing, seen = {}, {}
     for name in out:gmatch("([^%s]+) => not found") do
       if not seen[name] then seen[name] = true; missing[#missing + 1] = name end

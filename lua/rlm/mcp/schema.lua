@@ -27,18 +27,59 @@ end
 
 local check
 
+-- The edit distance between a and b (insertions, deletions, substitutions), case ignored.
+local function distance(a, b)
+  a, b = a:lower(), b:lower()
+  local row = {}
+  for j = 0, #b do row[j] = j end
+  for i = 1, #a do
+    local diagonal, left = row[0], i
+    row[0] = i
+    for j = 1, #b do
+      local up = row[j]
+      local cost = a:byte(i) == b:byte(j) and 0 or 1
+      left = math.min(up + 1, left + 1, diagonal + cost)
+      diagonal, row[j] = up, left
+    end
+  end
+  return row[#b]
+end
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = tostring(k) end
+  table.sort(keys)
+  return keys
+end
+
+-- "unknown property 'x'", with the valid name closest to it when one is close, and the list.
+local function unknown(path, name, props)
+  local valid, best, best_d = sorted_keys(props), nil, math.huge
+  for _, p in ipairs(valid) do
+    local d = distance(name, p)
+    if d < best_d then best, best_d = p, d end
+  end
+  local hint = ""
+  if best and best_d <= math.max(2, #name // 3) then hint = (" (did you mean '%s'?)"):format(best) end
+  return ("%s: unknown property '%s'%s; the valid ones: %s"):format(path, name, hint,
+                                                                   table.concat(valid, ", "))
+end
+
+-- Unknown names first: a misspelt one is why a required one is missing.
 local function check_object(v, s, path)
+  local props = s.properties or {}
+  if s.additionalProperties == false then
+    for _, k in ipairs(sorted_keys(v)) do
+      if not props[k] then return unknown(path, k, props) end
+    end
+  end
   for _, name in ipairs(s.required or {}) do
     if v[name] == nil then return ("%s: missing required property '%s'"):format(path, name) end
   end
-  local props = s.properties or {}
-  for k, item in pairs(v) do
-    local sub = props[k]
-    if sub then
-      local err = check(item, sub, path .. "." .. tostring(k))
+  for _, k in ipairs(sorted_keys(v)) do
+    if props[k] then
+      local err = check(v[k], props[k], path .. "." .. k)
       if err then return err end
-    elseif s.additionalProperties == false then
-      return ("%s: unknown property '%s'"):format(path, tostring(k))
     end
   end
 end

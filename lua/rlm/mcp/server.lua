@@ -294,8 +294,9 @@ function Session:handle(msg, channel)
   end
   local params = msg.params
   if params == nil or params == json.null then params = {} end
-  if type(params) ~= "table" then
-    return M.error_response(msg.id, M.INVALID_PARAMS, "params must be an object")
+  if type(params) ~= "table" or (json.is_array(params) and #params > 0) then
+    return M.error_response(msg.id, M.INVALID_PARAMS, "Invalid params: params must be an object " ..
+      "(by name), not " .. (type(params) == "table" and "an array" or "a " .. type(params)))
   end
   local ok, result, err = pcall(fn, self, params, msg, channel)
   if not ok and getmetatable(result) == Interrupt then

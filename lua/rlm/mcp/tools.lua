@@ -370,6 +370,8 @@ end
 function Server:run_loop(ctx, opts, stage)
   opts.model, opts.backend = self.cfg.model, self.cfg.backend
   local before = estimate(opts)
+  -- The call's max_cost is shared by its runs (rlm_decompose makes several): each gets what is left.
+  if ctx.max_cost then opts.max_cost = math.max(0, ctx.max_cost - (ctx.spent or 0)) end
   opts.on_event = function(e)
     if e.type == "budget_warning" then
       ctx.log("warning", ("budget: %s has %.4g of %.4g left"):format(e.limit, e.remaining, e.of), "rlm")
@@ -393,6 +395,7 @@ function Server:run_loop(ctx, opts, stage)
   if not ok then error(res, 0) end
   self:add_usage(res.usage)
   res.estimate = before
+  ctx.spent = (ctx.spent or 0) + (type(res.usage) == "table" and res.usage.cost or 0)
   return res
 end
 
@@ -417,19 +420,55 @@ local function loop_result(res, outputs)
   return mcp.text_result(text, structured)
 end
 
-local function number(description, minimum)
-  return {type = "number", minimum = minimum, description = description}
+local function number(description, minimum, maximum)
+  return {type = "number", minimum = minimum, maximum = maximum, description = description}
 end
 
 local function integer(description, minimum, maximum)
   return {type = "integer", minimum = minimum, maximum = maximum, description = description}
 end
 
-local CODE_TIMEOUT = number("seconds before the code is stopped (default 300)", 0.1)
 -- What the sandbox's Python has: code written for it reaches for numpy and pandas first.
 local PACKAGES = " Python's standard library is there; other packages (numpy, pandas, ...) only " ..
   "when installed for the sandbox's Python (Debian's python3-* packages, or RLM_VENV): check " ..
   "with importlib.util.find_spec before relying on one."
+-- What a model should know before its first call of a run or of code.
+local RUN_NOTE = " Cost and time: a run makes model calls billed to this server's key (often " ..
+  "2 to 20 turns, plus sub-calls; minutes for big inputs); max_cost caps this call's spend in " ..
+  "USD (no cap by default), rlm_status shows the usage so far. The model's code runs in a fresh " ..
+  "sandbox without network and with Python's standard library (numpy, pandas and other " ..
+  "packages only where the sandbox image has them); it cannot see files sent with " ..
+  "sandbox_upload: pass the material as context. An answer over 64 KiB comes once, in the " ..
+  "text; one too big for a message is saved as a file in the sandbox (saved_to)."
+
+local function sandbox_note()
+  local l = require("rlm.limits")
+  return (" The sandbox has no network; its code may use %s of memory and write files of up " ..
+    "to %s; output over 64 KiB comes once, in the text."):format(l.human(l.defaults.memory),
+    l.human(l.defaults.file_size))
+end
+
+-- The input of an RLM run tool: its own properties and max_cost.
+local function run_input(properties, required)
+  properties.max_cost = {type = "number", minimum = 0, description = "the most this call may " ..
+    "spend on model calls, in USD, all turns and sub-calls together (default: no cap); a run " ..
+    "that would pass it stops without an answer"}
+  return object(properties, required)
+end
+
+-- What an RLM run answers in structuredContent (more fields may come; none is required).
+local LOOP_OUTPUT = {type = "object", additionalProperties = true, properties = with_big_fields{
+  fields = {type = "object", description = "the output fields the run submitted"},
+  reason = {type = "string", description = "why the run ended: submitted, or a limit"},
+  detail = {type = "string"}, iterations = {type = "integer"},
+  submitted = {type = "boolean"}, extracted = {type = "boolean"},
+  usage = {type = "object", description = "model calls, tokens and cost (USD) of this call"},
+  subtasks = {type = "array", description = "rlm_decompose: each sub-task and its answer"},
+  workspace = {type = "string", description = "the sandbox's handle (workspace) holding saved_to"},
+}}
+
+local DAY = 24 * 3600
+local CODE_TIMEOUT = number("seconds before the code is stopped (default 300, at most a day)", 0.1, DAY)
 
 -- ---------------------------------------------------------------- files in parts
 
@@ -475,8 +514,8 @@ M.definitions = {
     name = "rlm_execute", title = "Run a task with a Recursive Language Model",
     description = "Solve a task with the RLM loop: a model explores `context` (any size) by " ..
       "writing Python in a sandbox, calling sub-models on pieces, until it submits the answer. " ..
-      "Use it for tasks over long documents, logs or data that do not fit in a prompt.",
-    inputSchema = object({
+      "Use it for tasks over long documents, logs or data that do not fit in a prompt." .. RUN_NOTE,
+    inputSchema = run_input({
       task = str("what to do, in plain words", {minLength = 1}),
       context = str("the material to work on (text or JSON); may be very large"),
       outputs = {type = "array", items = {type = "string"},
@@ -484,6 +523,7 @@ M.definitions = {
       max_iterations = integer("turns before the run gives up (default 20)", 1, 100),
       reasoning_effort = REASONING,
     }, {"task"}),
+    outputSchema = LOOP_OUTPUT,
     task = "optional",   -- a client that takes tasks gets a handle at once
     annotations = {readOnlyHint = false, openWorldHint = true},
     loop = function(args)
@@ -495,12 +535,13 @@ M.definitions = {
   {
     name = "rlm_analyze", title = "Answer a question about data",
     description = "Answer a question about `data` (text, CSV, JSON, logs; any size) with the " ..
-      "RLM loop, which reads the data in a sandbox instead of a prompt.",
-    inputSchema = object({
+      "RLM loop, which reads the data in a sandbox instead of a prompt." .. RUN_NOTE,
+    inputSchema = run_input({
       data = str("the data to analyze"),
       question = str("the question to answer", {minLength = 1}),
       reasoning_effort = REASONING,
     }, {"data", "question"}),
+    outputSchema = LOOP_OUTPUT,
     task = "optional",   -- a client that takes tasks gets a handle at once
     annotations = {readOnlyHint = true, openWorldHint = true},
     loop = function(args)
@@ -511,8 +552,8 @@ M.definitions = {
   {
     name = "rlm_code", title = "Write and test code",
     description = "Write code for a task and test it in the sandbox before answering; returns " ..
-      "the code, what the tests printed and a short explanation.",
-    inputSchema = object({
+      "the code, what the tests printed and a short explanation." .. RUN_NOTE,
+    inputSchema = run_input({
       task = str("what the code must do", {minLength = 1}),
       language = str("the language (default python; others run through subprocess)"),
       tests = str("test cases or checks the code must pass"),
@@ -520,6 +561,7 @@ M.definitions = {
       reasoning_effort = REASONING,
     }, {"task"}),
     aliases = {description = "task"},
+    outputSchema = LOOP_OUTPUT,
     task = "optional",   -- a client that takes tasks gets a handle at once
     annotations = {readOnlyHint = true, openWorldHint = true},
     loop = function(args)
@@ -533,14 +575,15 @@ M.definitions = {
   {
     name = "rlm_decompose", title = "Split a task into sub-tasks and run them",
     description = "Plan: split the task into independent sub-tasks; run each with the RLM loop " ..
-      "(two at a time); then combine their answers into one.",
-    inputSchema = object({
+      "(two at a time); then combine their answers into one." .. RUN_NOTE,
+    inputSchema = run_input({
       task = str("the task to split", {minLength = 1}),
       context = str("material every sub-task may use"),
       max_subtasks = integer("at most this many sub-tasks (default 5)", 1, 10),
       reasoning_effort = REASONING,
     }, {"task"}),
     aliases = {complex_task = "task", num_subtasks = "max_subtasks"},
+    outputSchema = LOOP_OUTPUT,
     task = "optional",   -- a client that takes tasks gets a handle at once
     annotations = {readOnlyHint = false, openWorldHint = true},
     run = function(server, args, ctx)
@@ -586,7 +629,7 @@ M.definitions = {
   {
     name = "sandbox_exec", title = "Run Python once",
     description = "Run a block of Python in a fresh, isolated sandbox and return its output. " ..
-      "Nothing is kept between calls (use sandbox_exec_stateful for that)." .. PACKAGES,
+      "Nothing is kept between calls (use sandbox_exec_stateful for that)." .. sandbox_note() .. PACKAGES,
     inputSchema = object({code = str("Python source to run"), timeout = CODE_TIMEOUT}, {"code"}),
     outputSchema = RUN_OUTPUT,
     annotations = {readOnlyHint = false, destructiveHint = false, idempotentHint = true,
@@ -601,7 +644,7 @@ M.definitions = {
     name = "sandbox_exec_stateful", title = "Run Python in the session's sandbox",
     description = "Run Python in this session's persistent sandbox: variables, imports and " ..
       "files stay between calls. `reset` clears the variables first (files stay). Cancelling " ..
-      "a call ends the sandbox; the next call starts a fresh one." .. PACKAGES,
+      "a call ends the sandbox; the next call starts a fresh one." .. sandbox_note() .. PACKAGES,
     inputSchema = in_workspace(object({
       code = str("Python source to run"),
       reset = {type = "boolean", description = "clear the Python state before running"},
@@ -653,7 +696,7 @@ M.definitions = {
     inputSchema = in_workspace(object({
       path = str("the file to read", {minLength = 1}),
       encoding = {type = "string", enum = json.array{"auto", "utf-8", "base64"},
-                  description = "auto (default): utf-8 when the bytes are text, else base64"},
+                  description = "auto (default): utf-8 when this part's bytes are text, else base64"},
       offset = integer("the first byte to read (default 0)", 0),
       length = integer("at most this many bytes (default: as many as one answer carries)", 1),
     }, {"path"})),
@@ -664,21 +707,29 @@ M.definitions = {
                           {"path", "bytes", "encoding", "offset", "length"})),
     annotations = {readOnlyHint = true, openWorldHint = false},
     session = function(interp, args, server)
-      local data, err = interp:download(sandbox_path(args.path))
-      if not data then return mcp.error_result("cannot read " .. args.path .. ": " .. tostring(err)) end
+      local offset, want = args.offset or 0, args.length or server.cfg.part_bytes
+      -- Only the asked range is read, and up to 3 bytes each side of it: where a UTF-8
+      -- character starts.
+      local from = math.max(0, offset - 3)
+      local window, size = interp:download(sandbox_path(args.path), from, offset - from + want + 3)
+      if not window then return mcp.error_result("cannot read " .. args.path .. ": " .. tostring(size)) end
       local encoding = args.encoding or "auto"
-      if encoding == "auto" then encoding = utf8.len(data) and "utf-8" or "base64" end
-      local first, last = M.part(data, args.offset or 0, args.length or server.cfg.part_bytes, encoding)
-      local piece = data:sub(first + 1, last)
+      local first, last = M.part(window, math.min(offset - from, #window), want, "utf-8")
+      if encoding == "auto" then   -- decided by this part's bytes
+        encoding = utf8.len(window:sub(first + 1, last)) and "utf-8" or "base64"
+      end
+      if encoding ~= "utf-8" then first, last = M.part(window, math.min(offset - from, #window), want, encoding) end
+      local piece = window:sub(first + 1, last)
+      first, last = math.min(first + from, size), math.min(last + from, size)
       local content = encoding == "base64" and M.base64_encode(piece) or piece
-      local more = last < #data
-      local structured = {path = args.path, bytes = #data, encoding = encoding, offset = first,
+      local more = last < size
+      local structured = {path = args.path, bytes = size, encoding = encoding, offset = first,
                           length = #piece, next_offset = more and last or nil}
       -- The payload goes once, as text; the structured part describes it.
       local res = mcp.text_result(content, structured)
       if more then
         res.content[2] = {type = "text", text = ("(bytes %d to %d of %d; call sandbox_download " ..
-          "with offset=%d for the rest)"):format(first, last, #data, last)}
+          "with offset=%d for the rest)"):format(first, last, size, last)}
       end
       return res
     end,
@@ -707,10 +758,10 @@ M.definitions = {
   {
     name = "sandbox_shell", title = "Run a shell command in the session's sandbox",
     description = "Run a shell command in the persistent sandbox (in the workspace) and " ..
-      "return its exit status and combined output.",
+      "return its exit status and combined output." .. sandbox_note(),
     inputSchema = in_workspace(object({
       command = str("the command line (run by sh -c)", {minLength = 1}),
-      timeout = number("seconds before it is stopped (default 60)", 0.1),
+      timeout = number("seconds before it is stopped (default 60, at most a day)", 0.1, DAY),
     }, {"command"})),
     outputSchema = out_workspace(object(with_big_fields{exit = {type = "integer"},
                                                         output = {type = "string"}}, {"exit"})),
@@ -776,6 +827,7 @@ local function runner(server, def)
       if err then return mcp.error_result(err) end
     end
     local started = handle ~= nil and args.workspace == nil
+    ctx.max_cost = args.max_cost
     local result = run(server, args, ctx)
     if ctx.sandbox_freed then result = with_freed_note(def, result, ctx.sandbox_freed) end
     if server:too_big(result) then
