@@ -270,7 +270,7 @@ function Interp:start()
       local deleted, why = pcall(sb.destroy, sb)
       if not deleted then err = ("%s; and %s"):format(tostring(err), tostring(why)) end
     end
-    error(err, 2)
+    error(err, 0)   -- the cause as the backend said it, first: no position of ours before it
   end
   self.sandbox = sb
   self.started_at = sys.now()
