@@ -139,32 +139,13 @@ static int open_root(const char *root)
 
 /* ---------- read ---------- */
 
-static int read_all(int fd, struct buf *out)
-{
-    char chunk[65536];
-    for (;;) {
-        ssize_t n = read(fd, chunk, sizeof chunk);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -1;
-        if (n == 0)
-            return 0;
-        if (buf_add(out, chunk, (size_t)n) != 0) {
-            errno = ENOMEM;
-            return -1;
-        }
-    }
-}
-
 /* Reads at most max bytes from fd into out (all of it when max is negative). */
 static int read_upto(int fd, struct buf *out, long long max)
 {
-    if (max < 0)
-        return read_all(fd, out);
     char chunk[65536];
-    while (max > 0) {
-        ssize_t n = read(fd, chunk, max < (long long)sizeof chunk ? (size_t)max : sizeof chunk);
+    while (max != 0) {
+        size_t want = max < 0 || max > (long long)sizeof chunk ? sizeof chunk : (size_t)max;
+        ssize_t n = read(fd, chunk, want);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
@@ -175,7 +156,8 @@ static int read_upto(int fd, struct buf *out, long long max)
             errno = ENOMEM;
             return -1;
         }
-        max -= n;
+        if (max > 0)
+            max -= n;
     }
     return 0;
 }

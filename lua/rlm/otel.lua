@@ -17,6 +17,7 @@
 local http = require "rlm.http"
 local json = require "rlm.json"
 local sys = require "rlm.sys"
+local trace = require "rlm.trace"
 
 local M = {}
 
@@ -94,25 +95,6 @@ local function chat_attrs(label, usage, extra)
   return list
 end
 
--- A run's records, sorted out: its start, steps, sub-calls and final.
-local function index(records)
-  local runs, order = {}, {}
-  for _, r in ipairs(records) do
-    if r.run then
-      local run = runs[r.run]
-      if not run then
-        run = {id = r.run, steps = {}, subcalls = {}}
-        runs[r.run], order[#order + 1] = run, run
-      end
-      if r.type == "start" and not run.start then run.start = r
-      elseif r.type == "step" then run.steps[#run.steps + 1] = r
-      elseif r.type == "subcall" then run.subcalls[#run.subcalls + 1] = r
-      elseif r.type == "final" then run.final = r end
-    end
-  end
-  return runs, order
-end
-
 function Trace:run_span(run, runs, parent, t_start, t_end)
   local start, final = run.start or {}, run.final or {}
   t_start = start.t or t_start
@@ -177,7 +159,7 @@ end
 
 --- The OTLP/HTTP JSON body for a trajectory's records (the root run and its children).
 function M.body(records)
-  local runs, order = index(records)
+  local runs, order = trace.runs(records)
   local self = setmetatable({id = sys.random_hex(16), spans = {}}, Trace)
   local root = order[1]
   if root then

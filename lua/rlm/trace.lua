@@ -72,6 +72,29 @@ function Writer:close()
   if self.file then self.file:close(); self.file = nil end
 end
 
+--- The runs of a trajectory's records by id, and in the order they started: each {id, depth,
+-- start, prompt, final, steps (by turn: a resumed run's later record wins), compactions (by
+-- turn), subcalls (in order)}.
+function M.runs(records)
+  local runs, order = {}, {}
+  for _, r in ipairs(records) do
+    local run = r.run and runs[r.run]
+    if r.run and not run then
+      run = {id = r.run, depth = r.depth or 0, steps = {}, compactions = {}, subcalls = {}}
+      runs[r.run], order[#order + 1] = run, run
+    end
+    if run then
+      if r.type == "start" then run.start = run.start or r
+      elseif r.type == "prompt" then run.prompt = r
+      elseif r.type == "step" and r.turn then run.steps[r.turn] = r
+      elseif r.type == "compaction" and r.turn then run.compactions[r.turn] = r
+      elseif r.type == "subcall" then run.subcalls[#run.subcalls + 1] = r
+      elseif r.type == "final" then run.final = r end
+    end
+  end
+  return runs, order
+end
+
 --- Reads a JSONL trajectory back into a list of records. A last line cut short (a crash mid-
 -- write) is left out, and `cut` (the second result) says so; a bad line elsewhere is an error.
 function M.read(path)

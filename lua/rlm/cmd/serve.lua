@@ -243,10 +243,7 @@ function Server:chat(req)
         :format(res.reason, res.detail and (" (" .. res.detail .. ")") or ""), type = "server_error"}} .. "\n\n")
     end
     if type(body.stream_options) == "table" and body.stream_options.include_usage then
-      local c = {}
-      for k, v in pairs(base) do c[k] = v end
-      c.choices, c.usage = json.array(), usage_of(res.usage)
-      req:send("data: " .. json.encode(c) .. "\n\n")
+      req:send(chunk(nil, nil, {choices = json.array(), usage = usage_of(res.usage)}))
     end
     req:send("data: [DONE]\n\n")
     return req:finish()

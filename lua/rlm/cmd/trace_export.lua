@@ -41,24 +41,6 @@ local function scrub(text)
   return text
 end
 
--- The runs of a trajectory by id, in the order they started.
-local function runs_of(records)
-  local runs, order = {}, {}
-  for _, r in ipairs(records) do
-    local run = r.run and runs[r.run]
-    if r.run and not run then
-      run = {id = r.run, depth = r.depth or 0, steps = {}, compactions = {}, subcalls = {}}
-      runs[r.run], order[#order + 1] = run, run
-    end
-    if r.type == "prompt" then run.prompt = r
-    elseif r.type == "step" and r.turn then run.steps[r.turn] = r     -- a resume's record wins
-    elseif r.type == "compaction" and r.turn then run.compactions[r.turn] = r
-    elseif r.type == "subcall" then run.subcalls[#run.subcalls + 1] = r
-    elseif r.type == "final" then run.final = r end
-  end
-  return runs, order
-end
-
 -- The conversations of one run: a list of message lists, split at each compaction.
 local function conversations(run)
   local p = run.prompt
@@ -151,7 +133,7 @@ function M.main(argv)
     if records[1] and records[1].type == "metadata" then
       error(input.path .. ": a reference-implementation log; export reads rlm trajectories", 0)
     end
-    local runs, order = runs_of(records)
+    local runs, order = trace.runs(records)
     local root = order[1]
     if not root then error(input.path .. " holds no run", 0) end
     local keep = not opts.submitted or (root.final and root.final.reason == "submitted")
