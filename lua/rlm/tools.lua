@@ -89,24 +89,35 @@ function M.load(tools)
   for k, v in pairs(tools) do
     if type(k) == "string" then list[#list + 1] = lua_tool(k, v) end
   end
-  for i, server in ipairs(tools) do
-    if type(server) ~= "table" or not (server.command or server.url) then
-      error(("tools[%d] must be an MCP server: {command = {...}} or {url = ...}"):format(i), 0)
-    end
-    local client = require("rlm.mcp.client").connect(server)
-    for _, t in ipairs(client.tools) do
-      if server.only == nil or server.only[t.name] then
-        local name = (server.prefix or "") .. t.name
-        list[#list + 1] = {name = identifier(name, "MCP tool name"), remote = t.name,
-          description = t.description or "", params = from_schema(t.inputSchema, name),
-          server = client, price = server.price, max_calls = server.max_calls}
+  -- The servers started or reached so far end with a failure: none outlives a refused option.
+  local clients = {}
+  local ok, err = pcall(function()
+    for i, server in ipairs(tools) do
+      if type(server) ~= "table" or not (server.command or server.url) then
+        error(("tools[%d] must be an MCP server: {command = {...}} or {url = ...}"):format(i), 0)
+      end
+      local client = require("rlm.mcp.client").connect(server)
+      clients[#clients + 1] = client
+      for _, t in ipairs(client.tools) do
+        if server.only == nil or server.only[t.name] then
+          local name = (server.prefix or "") .. t.name
+          list[#list + 1] = {name = identifier(name, "MCP tool name"), remote = t.name,
+            description = t.description or "", params = from_schema(t.inputSchema, name),
+            server = client, price = server.price, max_calls = server.max_calls}
+        end
       end
     end
-  end
-  table.sort(list, function(a, b) return a.name < b.name end)
-  for _, t in ipairs(list) do
-    if names[t.name] then error(("tools: two tools are named %s (give an MCP server a prefix)"):format(t.name), 0) end
-    names[t.name] = t
+    table.sort(list, function(a, b) return a.name < b.name end)
+    for _, t in ipairs(list) do
+      if names[t.name] then
+        error(("tools: two tools are named %s (give an MCP server a prefix)"):format(t.name), 0)
+      end
+      names[t.name] = t
+    end
+  end)
+  if not ok then
+    for _, c in ipairs(clients) do c:close() end
+    error(err, 0)
   end
   return list, names
 end

@@ -110,6 +110,12 @@ tests["a bare interpreter's tools, with max_calls, and misuse named"] = function
            "is not a Python name")
   T.raises(function() rlm.interpreter{tools = {{command = {"/bin/false"}}}}:start() end,
            "did not initialize")
+  -- a refused tool list leaves no MCP server it had started running
+  T.raises(function() rlm.interpreter{tools = {add = function() end,
+    {command = {"/usr/bin/python3", STANDIN}}}}:start() end, "two tools are named add")
+  for _, p in ipairs(T.descendants(sys.getpid())) do
+    T.truthy(not p.cmdline:find("mcp_tools", 1, true), "an MCP server outlived the refusal")
+  end
 end
 
 tests["rlm ask --tools FILE.lua, and each call an execute_tool span"] = function()
