@@ -236,12 +236,19 @@ end
 --- The user's tools (rlm.tools), their MCP servers started or reached once: the list. Raises
 -- when one cannot be had.
 function Interp:load_tools()
-  if self.opts.tools and not self.tools then
-    local tools = require "rlm.tools"
-    self.tools, self.tool_index = tools.load(self.opts.tools)
-    self.tools_code = #self.tools > 0 and tools.python(self.tools) or nil
-  end
+  if self.opts.tools and not self.tools then self:set_tools(self.opts.tools) end
   return self.tools or {}
+end
+
+--- Gives the code these tools (a tools option) from its next block on; the ones it had go
+-- (their MCP servers end). Raises when one cannot be had, keeping the ones it had.
+function Interp:set_tools(tools)
+  local lib = require "rlm.tools"
+  local list, index = lib.load(tools)
+  if self.tools then lib.close(self.tools) end
+  self.opts.tools, self.tools, self.tool_index = tools, list, index
+  self.tools_code = #list > 0 and lib.python(list) or nil
+  self.tools_defined = false
 end
 
 --- Starts the sandbox and its driver; a no-op when it runs already. Raises on failure, leaving

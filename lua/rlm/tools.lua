@@ -33,6 +33,21 @@ local function identifier(name, what)
   return name
 end
 
+-- A parameter (a Python name) with its type and description as a schema gives them; a type list (["string", "null"])
+-- reads "string|null", anything else that is not text is left out.
+local function param(where, name, p, required)
+  identifier(name, where .. " parameter")
+  if type(p) ~= "table" then p = {} end
+  local ty = p.type
+  if type(ty) == "table" then
+    local names = {}
+    for _, t in ipairs(ty) do names[#names + 1] = PY_TYPES[t] or tostring(t) end
+    ty = table.concat(names, "|")
+  end
+  return {name = name, type = type(ty) == "string" and ty or nil, required = required,
+          description = type(p.description) == "string" and p.description or nil}
+end
+
 -- The parameter list of a JSON schema: the required ones in the schema's order, then the
 -- others by name (a schema's properties have no order of their own).
 local function from_schema(schema, where)
@@ -41,18 +56,24 @@ local function from_schema(schema, where)
     error(("tools: %s: parameters must be a JSON schema of type object"):format(where), 0)
   end
   local props, out, seen = schema.properties or {}, {}, {}
+  -- A server's word is checked before it is used: a schema that is not one names the tool.
+  if type(props) ~= "table" or type(schema.required or {}) ~= "table" then
+    error(("tools: %s: its schema's properties must be an object and required a list"):format(where), 0)
+  end
   for _, name in ipairs(schema.required or {}) do
-    local p = props[name] or {}
-    out[#out + 1] = {name = name, type = p.type, description = p.description, required = true}
+    if not seen[name] then out[#out + 1] = param(where, name, props[name], true) end
     seen[name] = true
   end
   local rest = {}
-  for name in pairs(props) do if not seen[name] then rest[#rest + 1] = name end end
+  for name in pairs(props) do
+    if type(name) ~= "string" then
+      error(("tools: %s: its schema's properties must be an object"):format(where), 0)
+    end
+    if not seen[name] then rest[#rest + 1] = name end
+  end
   table.sort(rest)
   for _, name in ipairs(rest) do
-    local p = props[name]
-    out[#out + 1] = {name = name, type = type(p) == "table" and p.type or nil,
-                     description = type(p) == "table" and p.description or nil, required = false}
+    out[#out + 1] = param(where, name, props[name], false)
   end
   return out
 end
@@ -102,7 +123,8 @@ function M.load(tools)
         if server.only == nil or server.only[t.name] then
           local name = (server.prefix or "") .. t.name
           list[#list + 1] = {name = identifier(name, "MCP tool name"), remote = t.name,
-            description = t.description or "", params = from_schema(t.inputSchema, name),
+            description = type(t.description) == "string" and t.description or "",
+            params = from_schema(t.inputSchema, name),
             server = client, price = server.price, max_calls = server.max_calls}
         end
       end
@@ -120,6 +142,33 @@ function M.load(tools)
     error(err, 0)
   end
   return list, names
+end
+
+--- The tools a Lua file returns (`rlm ask --tools`, `rlm mcp --tools`, a skill's `tools`): the
+-- file runs with its own folder as `...`, so it may name programs beside it. Raises naming what.
+function M.load_file(path, what)
+  what = what or "--tools"
+  local chunk, err = loadfile(path, "t")
+  if not chunk then error(what .. ": " .. err, 0) end
+  local t = chunk(path:match("^(.*)/[^/]*$") or ".")
+  if type(t) ~= "table" then error(("%s: %s must return a table of tools"):format(what, path), 0) end
+  return t
+end
+
+--- One tools option of several (nil ones left out): the named tools and the servers of each.
+function M.combine(...)
+  local out, any = {}, false
+  for i = 1, select("#", ...) do
+    local tools = select(i, ...)
+    for k, v in pairs(tools or {}) do
+      if type(k) == "string" then
+        if out[k] ~= nil then error(("tools: two tools are named %s"):format(k), 0) end
+        out[k], any = v, true
+      end
+    end
+    for _, server in ipairs(tools or {}) do out[#out + 1] = server; any = true end
+  end
+  return any and out or nil
 end
 
 local function py_string(s)

@@ -63,15 +63,6 @@ local SPEC = {context = "string", model = "string", sub_model = "string", backen
               resume = "string", cache = "flag", events = "string", otel = "string", tools = "string",
               venv = "string", reasoning_effort = "string", dry_run = "flag"}
 
--- The tools a --tools file returns (see rlm.tools).
-local function load_tools(path)
-  local chunk, err = loadfile(path, "t")
-  if not chunk then error("--tools: " .. err, 0) end
-  local t = chunk()
-  if type(t) ~= "table" then error("--tools: " .. path .. " must return a table of tools", 0) end
-  return t
-end
-
 -- Writes each record as one JSON line to path ("-": stdout), flushed at once.
 local function event_writer(path)
   local f = io.stdout
@@ -150,7 +141,7 @@ function M.main(argv)
     llm_call_timeout = opts.llm_call_timeout, sub_models = opts.sub_models, prices_file = opts.prices,
     context_window = opts.context_window, history = opts.history, resume = opts.resume,
     cache = opts.cache or nil, events = opts.events and event_writer(opts.events), otel = opts.otel,
-    tools = opts.tools and load_tools(opts.tools),
+    tools = opts.tools and require("rlm.tools").load_file(opts.tools),
     venv = opts.venv,
     reasoning_effort = opts.reasoning_effort,
     dry_run = opts.dry_run or nil,

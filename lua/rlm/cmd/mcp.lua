@@ -9,7 +9,7 @@ local M = {}
 M.help = [[
 usage: rlm mcp [--http [HOST:]PORT] [--backend local|daytona] [--model PROVIDER/NAME]
                [--execute-timeout S] [--max-result BYTES] [--max-sessions N]
-               [--sandbox-idle S] [--max-connections N]
+               [--sandbox-idle S] [--max-connections N] [--tools FILE.lua]
        rlm mcp deploy [--name N] ...    the server, always on, in a Daytona sandbox
                                         (`rlm mcp deploy --help`)
 
@@ -42,6 +42,12 @@ There is no cap per client address: behind a proxy every client shares one.
 
 The model and backend come from --model/--backend or RLM_MODEL/RLM_BACKEND, as for `rlm ask`.
 
+--tools FILE.lua gives the code of every run and sandbox your tools (the file `rlm ask --tools`
+takes: Lua functions and MCP servers, docs/lua-api.md, Tools). A client may add its own with
+the tool_servers argument of the rlm_* tools, sandbox_exec and sandbox_exec_stateful: MCP
+servers it serves over Streamable HTTP ({url, headers}); stdio commands are refused, as a
+client must not start programs on this host. The server reaches those URLs from this host.
+
 A tool result is at most --max-result bytes of JSON (default 4 MiB over stdio, where the
 official SDKs refuse messages over 10 MiB and the session would end; 16 MiB over HTTP); a
 bigger answer is saved as a file in the sandbox and the result gives its path. Output over
@@ -60,7 +66,7 @@ calls. They are not part of rlm; never use them otherwise.]]
 
 local SPEC = {http = "string", backend = "string", model = "string", execute_timeout = "number",
               fixtures = "string", max_result = "number", max_sessions = "number",
-              sandbox_idle = "number", max_connections = "number"}
+              sandbox_idle = "number", max_connections = "number", tools = "string"}
 
 local MIB = 1024 * 1024
 -- What one tool result may carry by default: well under the official SDKs' 10 MiB message
@@ -124,12 +130,23 @@ function M.load_fixtures(path)
   return chunk()
 end
 
+--- The tools of a --tools file, had once now: a file that will not do stops the server here
+-- rather than failing every run.
+function M.load_tools(path)
+  local lib = require "rlm.tools"
+  local tools = lib.load_file(path)
+  local list = lib.load(tools)
+  lib.close(list)
+  return tools
+end
+
 --- The server with rlm's tools (and, in test mode, the conformance fixtures).
 function M.build(opts)
   local max_result = opts.max_result or MAX_RESULT[opts.http and "http" or "stdio"]
   local cfg = {backend = opts.backend or sys.getenv("RLM_BACKEND"),
                model = opts.model or sys.getenv("RLM_MODEL"),
                execute_timeout = opts.execute_timeout, max_result = max_result,
+               tools = opts.tools and M.load_tools(opts.tools),
                -- a download part fits in a result: base64 grows it by 4/3, escapes by up to 6x
                -- for control bytes in text, so take a third to be safe
                part_bytes = math.max(1024, math.floor(max_result / 3))}

@@ -11,12 +11,14 @@
 -- start, a run that failed.
 local async = require "rlm.async"
 local budget = require "rlm.budget"
+local client_tools = require "rlm.mcp.client_tools"
 local common = require "rlm.backend.common"
 local json = require "rlm.json"
 local loop = require "rlm.core.loop"
 local mcp = require "rlm.mcp.server"
 local prompts = require "rlm.prompts"
 local registry = require "rlm.registry"
+local user_tools = require "rlm.tools"
 
 local M = {}
 
@@ -189,12 +191,30 @@ local Server = {}
 Server.__index = Server
 
 -- A call's code runs for minutes, not the sandbox's lifetime: a stuck call would hold the
--- session's sandbox (and its lock) for a day.
-function Server:interpreter(lifetime, idle)
+-- session's sandbox (and its lock) for a day. Its code has the operator's tools (rlm mcp
+-- --tools) and the tools of the client's servers.
+function Server:interpreter(lifetime, idle, servers)
   local backend = self.cfg.backend or require("rlm.interpreter").defaults.backend
   return require("rlm").interpreter{backend = backend, timeout = lifetime,
                                     execute_timeout = self.cfg.execute_timeout or M.CALL_TIMEOUT,
-                                    idle_timeout = backend == "daytona" and idle or nil}
+                                    idle_timeout = backend == "daytona" and idle or nil,
+                                    tools = user_tools.combine(self.cfg.tools, servers)}
+end
+
+-- The session's sandbox and the client's tool servers: a new sandbox gets the servers of this
+-- call (else those the session gave before); a running one changes to this call's servers when
+-- they differ. The tools are had here, so a server that cannot be reached fails this call.
+function Server:session_tools(st, servers)
+  if st.interp == nil or st.interp.closed then
+    local use = servers or st.tool_servers
+    local interp = self:interpreter(SESSION_LIFETIME, SESSION_IDLE, use)
+    local ok, err = pcall(interp.load_tools, interp)
+    if not ok then interp:shutdown(); error(err, 0) end
+    st.interp, st.tool_servers = interp, use
+  elseif servers and json.encode(servers) ~= json.encode(st.tool_servers or {}) then
+    st.interp:set_tools(user_tools.combine(self.cfg.tools, servers))
+    st.tool_servers = servers
+  end
 end
 
 -- The session's persistent sandbox, started on first use. Calls on it take turns: the caller
@@ -206,12 +226,11 @@ function Server:session_interp(ctx)
   if st.interp == nil or st.interp.closed then
     -- this call runs in a new sandbox: it is the one to say that the old one was freed
     ctx.sandbox_freed, st.freed_after = st.freed_after, nil
-    local ok, interp = pcall(self.interpreter, self, SESSION_LIFETIME, SESSION_IDLE)
-    if not ok then
-      getmetatable(turn).__close()
-      error(interp, 0)
-    end
-    st.interp = interp
+  end
+  local ok, err = pcall(self.session_tools, self, st, ctx.tool_servers)
+  if not ok then
+    getmetatable(turn).__close()
+    error(err, 0)
   end
   -- A cancelled call must not leave the session's driver running its code.
   ctx.on_cancel(function()
@@ -369,6 +388,7 @@ end
 -- the estimate made before it started.
 function Server:run_loop(ctx, opts, stage)
   opts.model, opts.backend = self.cfg.model, self.cfg.backend
+  opts.tools = user_tools.combine(self.cfg.tools, ctx.tool_servers)
   local before = estimate(opts)
   -- The call's max_cost is shared by its runs (rlm_decompose makes several): each gets what is left.
   if ctx.max_cost then opts.max_cost = math.max(0, ctx.max_cost - (ctx.spent or 0)) end
@@ -386,6 +406,15 @@ function Server:run_loop(ctx, opts, stage)
       ctx.log("info", ("turn %d of at most %d: %d tokens, %d sub-calls, $%.4f, %.1f s%s"):format(
         e.turn, e.max_iterations, u.total_tokens or 0, u.llm_calls or 0, u.cost or 0,
         u.elapsed or 0, cache ~= "" and ", " .. cache or ""), "rlm")
+    end
+  end
+  -- Each call of a tool, as the trajectory records it: a line of the call's log.
+  opts.events = function(r)
+    if r.type == "subcall" and r.kind == "tool" then
+      local failed = r.replies and r.replies[1] and r.replies[1]:match("^%[ERROR%] ([^\n]*)")
+      ctx.log(failed and "warning" or "info", ("tool %s: %s (%.2f s)"):format(r.tool,
+        failed and ("failed: " .. failed) or ("answered " .. r.reply_chars .. " chars"),
+        r.duration or 0), "rlm")
     end
   end
   -- A cancelled call's task is closed mid-run: the count drops in a <close> handler.
@@ -453,6 +482,7 @@ local function run_input(properties, required)
   properties.max_cost = {type = "number", minimum = 0, description = "the most this call may " ..
     "spend on model calls, in USD, all turns and sub-calls together (default: no cap); a run " ..
     "that would pass it stops without an answer"}
+  properties.tool_servers = client_tools.SCHEMA
   return object(properties, required)
 end
 
@@ -630,12 +660,14 @@ M.definitions = {
     name = "sandbox_exec", title = "Run Python once",
     description = "Run a block of Python in a fresh, isolated sandbox and return its output. " ..
       "Nothing is kept between calls (use sandbox_exec_stateful for that)." .. sandbox_note() .. PACKAGES,
-    inputSchema = object({code = str("Python source to run"), timeout = CODE_TIMEOUT}, {"code"}),
+    inputSchema = object({code = str("Python source to run"), timeout = CODE_TIMEOUT,
+                          tool_servers = client_tools.SCHEMA}, {"code"}),
     outputSchema = RUN_OUTPUT,
     annotations = {readOnlyHint = false, destructiveHint = false, idempotentHint = true,
                    openWorldHint = false},
-    run = function(server, args)
-      local interp <close> = server:interpreter(math.max(60, (args.timeout or 0) + 30))
+    run = function(server, args, ctx)
+      local interp <close> = server:interpreter(math.max(60, (args.timeout or 0) + 30), nil,
+                                                ctx.tool_servers)
       interp:start()
       return run_result(interp:execute(args.code, nil, {timeout = args.timeout}))
     end,
@@ -649,6 +681,8 @@ M.definitions = {
       code = str("Python source to run"),
       reset = {type = "boolean", description = "clear the Python state before running"},
       timeout = CODE_TIMEOUT,
+      tool_servers = {type = "array", items = client_tools.SCHEMA.items, description =
+        client_tools.SCHEMA.description .. " They stay the sandbox's until a call gives others."},
     }, {"code"})),
     outputSchema = RUN_OUTPUT,
     annotations = {readOnlyHint = false, destructiveHint = false, openWorldHint = false},
@@ -821,6 +855,9 @@ local function runner(server, def)
   end
   local keeps_sandbox = def.inputSchema.properties.workspace ~= nil
   return function(args, ctx)
+    local servers, refused = client_tools.check(args.tool_servers)
+    if refused then return mcp.error_result(refused) end
+    ctx.tool_servers = servers
     local handle, err
     if keeps_sandbox then
       handle, err = server:use_workspace(args, ctx)
@@ -835,6 +872,7 @@ local function runner(server, def)
         handle = server:use_workspace({}, ctx)
         started = handle ~= nil
       end
+      ctx.tool_servers = nil             -- the file goes to a sandbox; no tools need it
       result = server:keep_oversize(def, result, ctx, handle)
     end
     if handle then result = with_workspace(result, handle, started) end
