@@ -1,6 +1,7 @@
 --- Skills: runnable recipes, each a folder NAME/ with SKILL.md (front matter `name`,
 -- `description` and, optionally, `parameters`: the key=value arguments it takes, as
--- "file=PATH, task=QUESTION") and recipe.lua. Bundled skills live in the binary (skills/ in the source
+-- "file=PATH, task=QUESTION", and `tools`: a Lua tools file in the folder, as `rlm ask --tools`
+-- takes, whose tools the recipe gets as params.tools) and recipe.lua. Bundled skills live in the binary (skills/ in the source
 -- tree); a user's own come from the directories in RLM_SKILLS_PATH and win on a name clash.
 local host = require "rlm.core.host"
 local sys = require "rlm.sys"
@@ -46,7 +47,7 @@ function M.list()
       local meta = front_matter(md)
       add({name = name, description = meta.description or "", parameters = meta.parameters,
            source = "bundled", md = md, recipe = host.resource("skills/" .. name .. "/recipe.lua"),
-           path = "skills/" .. name .. "/recipe.lua"})
+           path = "skills/" .. name .. "/recipe.lua", folder = "skills/" .. name, tools = meta.tools})
     end
   end
   for _, dir in ipairs(user_dirs()) do
@@ -56,7 +57,8 @@ function M.list()
         local path = dir .. "/" .. name .. "/recipe.lua"
         local meta = front_matter(md)
         add({name = name, description = meta.description or "", parameters = meta.parameters,
-             source = dir, md = md, recipe = sys.read_file(path), path = path})
+             source = dir, md = md, recipe = sys.read_file(path), path = path,
+             folder = dir .. "/" .. name, tools = meta.tools})
       end
     end
   end
@@ -96,8 +98,22 @@ function M.parse_args(skill, list)
   return {options = options, positional = positional}
 end
 
---- Runs a skill's recipe. params: {backend = ..., args = {...}}; the recipe receives them as `...`,
--- with params.options (its key=value arguments) and params.positional (the other words).
+--- The tools a skill declares (its `tools` file), or nil.
+function M.tools(skill)
+  if not skill.tools or skill.tools == "" then return nil end
+  local what = ("skill %s: tools"):format(skill.name)
+  if not skill.tools:match("^[%w_.-]+$") or skill.tools:match("^%.") then
+    error(("%s: %s must be a file in the skill's folder"):format(what, skill.tools), 0)
+  end
+  local path = skill.folder .. "/" .. skill.tools
+  local text = skill.source == "bundled" and host.resource(path) or nil
+  if skill.source == "bundled" and not text then error(("%s: no file %s"):format(what, path), 0) end
+  return require("rlm.tools").load_file(path, what, text)
+end
+
+--- Runs a skill's recipe. params: {backend = ..., args = {...}, tools = a tools option}; the
+-- recipe receives them as `...`, with params.options (its key=value arguments),
+-- params.positional (the other words) and params.tools (the skill's tools and the caller's).
 function M.run(name, params)
   local skill = M.find(name)
   if not skill then
@@ -111,6 +127,7 @@ function M.run(name, params)
   local options = params.options or {}       -- a caller's own (rlm daytona-smoke's flags)
   for k, v in pairs(parsed.options) do options[k] = v end
   params.options, params.positional = options, parsed.positional
+  params.tools = require("rlm.tools").combine(M.tools(skill), params.tools)
   local chunk, err = load(skill.recipe, "@" .. skill.path, "t")
   if not chunk then error(err, 0) end
   return chunk(params)
@@ -134,10 +151,11 @@ What it prints: ...
 
 M.template_recipe = [[
 -- %s: a starting recipe. Run it with `rlm skill %s [--backend local|daytona] [ARGS...]`.
+-- params.tools: the tools of SKILL.md's `tools:` file and of --tools, for the code to call.
 local rlm = require "rlm"
 local params = ...
 
-local interp <close> = rlm.interpreter{backend = params.backend}
+local interp <close> = rlm.interpreter{backend = params.backend, tools = params.tools}
 interp:start()
 local out, run = interp:execute([=[
 import platform

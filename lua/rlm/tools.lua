@@ -145,10 +145,12 @@ function M.load(tools)
 end
 
 --- The tools a Lua file returns (`rlm ask --tools`, `rlm mcp --tools`, a skill's `tools`): the
--- file runs with its own folder as `...`, so it may name programs beside it. Raises naming what.
-function M.load_file(path, what)
+-- file runs with its own folder as `...`, so it may name programs beside it. text: the file's
+-- text when it is not on disk (a bundled skill's). Raises naming what.
+function M.load_file(path, what, text)
   what = what or "--tools"
-  local chunk, err = loadfile(path, "t")
+  local chunk, err
+  if text then chunk, err = load(text, "@" .. path, "t") else chunk, err = loadfile(path, "t") end
   if not chunk then error(what .. ": " .. err, 0) end
   local t = chunk(path:match("^(.*)/[^/]*$") or ".")
   if type(t) ~= "table" then error(("%s: %s must return a table of tools"):format(what, path), 0) end

@@ -22,7 +22,7 @@ local task = "Summarise each '## ' section of the document in one sentence, dele
   "section to a helper with rlm_query, then SUBMIT the summaries as one text, one line per section."
 
 local res = rlm.run{task = task, context = context, backend = params.backend, model = opt.model,
-                    sub_model = opt.sub_model, max_depth = tonumber(opt.max_depth) or 2,
+                    sub_model = opt.sub_model, max_depth = tonumber(opt.max_depth) or 2, tools = params.tools,
                     max_iterations = 10}
 print("answer:")
 print(type(res.answer) == "string" and res.answer or json.encode(res.answer))

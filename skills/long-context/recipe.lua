@@ -30,7 +30,7 @@ local task = opt.task or "How many lines of the log have the level ERROR? Answer
 
 print(("long-context: %d characters of context, task: %s"):format(#context, task))
 local res = rlm.run{task = task, context = context, backend = params.backend, model = opt.model,
-                    sub_model = opt.sub_model, trace = opt.trace,
+                    sub_model = opt.sub_model, trace = opt.trace, tools = params.tools,
                     on_event = function(e)
                       if e.type == "turn" then
                         io.stderr:write(("   turn %d: %d sub-calls, %d tokens so far\n"):format(

@@ -168,4 +168,58 @@ tests["skill new writes a starting recipe that runs from RLM_SKILLS_PATH"] = fun
   T.contains(r.stderr, "unknown argument 'colour=red' (have: greeting=WORD)")
 end
 
+-- A skill whose SKILL.md declares `tools: tools.lua`: a Lua tool and a stdio MCP server named
+-- relative to the skill's folder (the file gets the folder as `...`).
+local function tool_skill(dir)
+  local folder = dir .. "/tool-user"
+  assert(sys.mkdir_p(folder))
+  assert(sys.write_file(folder .. "/SKILL.md", "---\nname: tool-user\ndescription: Calls tools.\n" ..
+    "tools: tools.lua\n---\n# tool-user\n"))
+  assert(sys.write_file(folder .. "/tools.lua", "local dir = ...\nreturn {triple = {params = " ..
+    "{{name = 'n', type = 'integer'}}, call = function(a) return a.n * 3 end},\n" ..
+    "{command = {'/usr/bin/python3', dir .. '/mcp_tools'}}}\n"))
+  assert(sys.write_file(folder .. "/mcp_tools", assert(sys.read_file("tests/standins/mcp_tools"))))
+  assert(sys.write_file(folder .. "/recipe.lua", [=[
+local interp <close> = require("rlm").interpreter{backend = (...).backend, tools = (...).tools}
+local out = interp:execute([[
+def defined(name):
+    try:
+        eval(name)
+        return True
+    except NameError:
+        return False
+names = [n for n in ('triple', 'add', 'quad') if defined(n)]
+SUBMIT(answer='%d %s' % (triple(2) + add(1, 1)['sum'], names))]])
+print(out.answer)
+]=]))
+  return folder
+end
+
+tests["a skill's declared tools reach its recipe's runs, with the caller's --tools"] = function()
+  local dir = T.tmpdir()
+  tool_skill(dir)
+  local r = skill({"tool-user"}, {RLM_SKILLS_PATH = dir})
+  T.eq(r.code, 0, r.stdout .. r.stderr)
+  T.eq(r.stdout, "8 ['triple', 'add']\n")
+  local extra = dir .. "/extra.lua"
+  assert(sys.write_file(extra, "return {quad = function() return 4 end}\n"))
+  r = skill({"tool-user", "--tools", extra}, {RLM_SKILLS_PATH = dir})
+  T.eq(r.code, 0, r.stdout .. r.stderr)
+  T.eq(r.stdout, "8 ['triple', 'add', 'quad']\n")
+  -- the same name twice, a file that is not there, a path out of the folder: one line each
+  assert(sys.write_file(extra, "return {triple = function() return 4 end}\n"))
+  r = skill({"tool-user", "--tools", extra}, {RLM_SKILLS_PATH = dir})
+  T.eq(r.code, 1)
+  T.contains(r.stderr, "tools: two tools are named triple")
+  assert(sys.remove(dir .. "/tool-user/tools.lua"))
+  r = skill({"tool-user"}, {RLM_SKILLS_PATH = dir})
+  T.eq(r.code, 1)
+  T.contains(r.stderr, "skill tool-user: tools: cannot open " .. dir .. "/tool-user/tools.lua")
+  local md = dir .. "/tool-user/SKILL.md"
+  assert(sys.write_file(md, assert(sys.read_file(md)):gsub("tools: tools.lua", "tools: ../x.lua")))
+  r = skill({"tool-user"}, {RLM_SKILLS_PATH = dir})
+  T.eq(r.code, 1)
+  T.contains(r.stderr, "skill tool-user: tools: ../x.lua must be a file in the skill's folder")
+end
+
 return tests

@@ -7,14 +7,16 @@ local M = {}
 M.help = [[
 usage: rlm skill list                 name and description of every skill
        rlm skill show NAME [--source] print a skill's SKILL.md (--source: its recipe.lua)
-       rlm skill NAME [--backend local|daytona] [ARGS...]
+       rlm skill NAME [--backend local|daytona] [--tools FILE.lua] [ARGS...]
                                       run a skill (the local sandbox by default)
        rlm skill new NAME             write a starting skill into the first RLM_SKILLS_PATH
                                       directory (or ~/.local/share/rlm/skills)
 
 Bundled skills ship inside rlm; your own live in the directories of RLM_SKILLS_PATH
 (colon-separated) and in $XDG_DATA_HOME/rlm/skills (~/.local/share/rlm/skills), one folder per
-skill with SKILL.md and recipe.lua.]]
+skill with SKILL.md and recipe.lua. A skill may declare tools (`tools: FILE.lua` in its
+SKILL.md front matter, a file beside it, as `rlm ask --tools` takes); --tools FILE.lua adds
+yours. The recipe passes them to its runs (params.tools).]]
 
 function M.main(argv)
   local sub = argv[1]
@@ -53,11 +55,11 @@ function M.main(argv)
     return 0
   end
   if (argv[2] == "--help" or argv[2] == "-h") and skills.find(sub) then
-    print(("usage: rlm skill %s [--backend local|daytona] [ARGS...]\n"):format(sub))
+    print(("usage: rlm skill %s [--backend local|daytona] [--tools FILE.lua] [ARGS...]\n"):format(sub))
     io.write(skills.find(sub).md)
     return 0
   end
-  local opts, rest = args.parse(table.move(argv, 2, #argv, 1, {}), {backend = "string"})
+  local opts, rest = args.parse(table.move(argv, 2, #argv, 1, {}), {backend = "string", tools = "string"})
   local backends = require("rlm.interpreter").backends
   if opts.backend and not backends[opts.backend] then
     args.fail(args.unknown("backend", opts.backend, backends))
@@ -67,7 +69,8 @@ function M.main(argv)
     for _, s in ipairs(skills.list()) do names[#names + 1] = s.name end
     args.fail(args.unknown("skill", sub, names) .. " (see `rlm skill list`)")
   end
-  local status = skills.run(sub, {backend = opts.backend, args = rest})
+  local status = skills.run(sub, {backend = opts.backend, args = rest,
+    tools = opts.tools and require("rlm.tools").load_file(opts.tools)})
   return math.type(status) == "integer" and status or 0
 end
 
