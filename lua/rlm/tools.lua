@@ -179,7 +179,14 @@ end
 
 --- Python defining each tool as a function of its parameters that calls the host.
 function M.python(list)
-  local out = {}
+  -- A tool may not hide a Python builtin or one of rlm's (a server's tool named print or
+  -- llm_query); a tool of the same name defined before (new tools in a running sandbox) may go.
+  local names = {}
+  for i, t in ipairs(list) do names[i] = ("%q,"):format(t.name) end
+  local out = {("_rlm_taken = [n for n in (%s) if n in __builtins__ and not getattr(__builtins__[n], " ..
+    "'__rlm_tool__', False)]\nif _rlm_taken:\n    raise NameError('a tool may not take the name of a " ..
+    "Python or rlm function: ' + ', '.join(_rlm_taken) + ' (give its MCP server a prefix)')\n" ..
+    "del _rlm_taken\n"):format(table.concat(names, " "))}
   for _, t in ipairs(list) do
     local sig, pass, doc = {}, {}, {t.description}
     for _, p in ipairs(t.params) do
@@ -189,9 +196,10 @@ function M.python(list)
         p.required and "" or ", optional", p.description and (": " .. p.description) or "")
     end
     -- A builtin, as llm_query is: not one of the code's variables, and kept when it resets.
-    out[#out + 1] = ("def %s(%s):\n    %s\n    return _rlm_tool(%q, {%s})\n__builtins__[%q] = %s\ndel %s\n")
+    out[#out + 1] = ("def %s(%s):\n    %s\n    return _rlm_tool(%q, {%s})\n%s.__rlm_tool__ = True\n" ..
+      "__builtins__[%q] = %s\ndel %s\n")
       :format(t.name, table.concat(sig, ", "), py_string(table.concat(doc, "\n    ")), t.name,
-              table.concat(pass, ", "), t.name, t.name, t.name)
+              table.concat(pass, ", "), t.name, t.name, t.name, t.name)
   end
   return table.concat(out, "\n")
 end

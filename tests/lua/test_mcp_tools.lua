@@ -155,6 +155,10 @@ tests["a tool server that lies about its tools is refused, naming the tool"] = f
     {{name = "rm -rf", inputSchema = {type = "object"}}, "MCP tool name rm -rf is not a Python name"},
     {{name = "add", inputSchema = {type = "object", properties = {["a b"] = {type = "string"}}}},
      "add parameter a b is not a Python name"},
+    -- tools that would hide Python's or rlm's own functions
+    {{name = "print", inputSchema = {type = "object"}}, "a tool may not take the name of a " ..
+     "Python or rlm function: print (give its MCP server a prefix)"},
+    {{name = "llm_query", inputSchema = {type = "object"}}, "function: llm_query (give"},
   }
   for _, lie in ipairs(lies) do
     local url = fake_server({lie[1]}, "{}")
@@ -184,6 +188,10 @@ tests["the session's sandbox keeps a client's tools, and takes others with its s
   T.eq(text(call("sandbox_exec_stateful", {code = "print(p_add(x, 10)['sum'])",
                                            tool_servers = {served}})), "13\n",
        "new servers, the variables kept")
+  served.prefix, served.only = nil, {"add"}
+  T.eq(text(call("sandbox_exec_stateful", {code = "print(add(x, 20)['sum'])",
+                                           tool_servers = {served}})), "23\n",
+       "a tool defined again under its name")
 end
 
 tests["rlm mcp --tools: a file that will not do stops the server in one line"] = function()
