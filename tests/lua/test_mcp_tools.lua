@@ -106,6 +106,12 @@ tests["a client's stdio command is refused in one line, and nothing starts"] = f
   T.eq(text(res), "tool_servers[0].url must be an http:// or https:// URL")
   res = call("sandbox_exec", {code = "print(1)", tool_servers = {{url = "http://h/mcp", timeout = 1}}})
   T.contains(text(res), "unknown field 'timeout'; the valid ones: url, headers")
+  res = call("sandbox_exec", {code = "print(1)", tool_servers = {{url = "http://h/mcp",
+    headers = {["X-Key"] = "a\r\nX-Other: b"}}}})
+  T.eq(text(res), "tool_servers[0].headers: each must be a header name with a line of text")
+  res = call("sandbox_exec", {code = "print(1)", tool_servers = {{url = "http://h/mcp",
+    headers = {["Mcp-Session-Id"] = "theirs"}}}})
+  T.eq(text(res), "tool_servers[0].headers: Mcp-Session-Id is set by rlm itself")
   sys.sleep(0.2)
   T.eq(sys.stat(dir .. "/started"), nil, "the command never ran")
   T.eq(F.stats(model).requests, 0, "no model call was made")

@@ -15,6 +15,10 @@ local KNOWN = {}
 for _, f in ipairs(FIELDS) do KNOWN[f] = true end
 -- What a stdio server's entry holds (rlm.tools, an MCP client's configuration).
 local STDIO = {command = true, args = true, env = true, cwd = true}
+-- Headers the MCP client of rlm.tools sets itself, or the HTTP layer does.
+local OWN_HEADERS = {host = true, ["content-length"] = true, ["transfer-encoding"] = true,
+                     connection = true, ["content-type"] = true, accept = true,
+                     ["mcp-session-id"] = true, ["mcp-protocol-version"] = true}
 
 M.REFUSED = "a client cannot have the server start programs on its host (a stdio command); " ..
   "serve the tools over Streamable HTTP and pass {url, headers}"
@@ -55,6 +59,9 @@ local function check_one(i, s)
     for k, v in pairs(s.headers) do
       if type(v) ~= "string" or not tostring(k):match("^[%w!#$%%&'*+.^_`|~-]+$") or v:find("[\r\n]") then
         return nil, ("%s.headers: each must be a header name with a line of text"):format(where)
+      end
+      if OWN_HEADERS[tostring(k):lower()] then
+        return nil, ("%s.headers: %s is set by rlm itself"):format(where, k)
       end
       server.headers[k] = v
     end
