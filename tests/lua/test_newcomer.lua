@@ -40,6 +40,7 @@ local NOT_HERE = {
   {"issues-server.js", "a fragment: the reader's own tools (tests/lua/test_tools.lua runs them)"},
   {"api.search.example", "needs the reader's search API and key"},
   {"server-github", "needs npx, the network and a GitHub token"},
+  {"KB_TOKEN", "needs the reader's MCP server and its token (tests/lua/test_mcp_tools.lua runs one)"},
 }
 
 -- The README and the reference in docs/: every page a reader copies from.

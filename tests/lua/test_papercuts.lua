@@ -100,7 +100,7 @@ end
 tests["rlm skill NAME --help shows the skill; skill new's hint runs as printed"] = function()
   local r = T.run_rlm{"skill", "rlm-execute", "--help"}
   T.eq(r.code, 0, r.stderr)
-  T.truthy(r.stdout:find("^usage: rlm skill rlm%-execute %[%-%-backend local|daytona%] %[ARGS%.%.%.%]\n"), r.stdout)
+  T.truthy(r.stdout:find("^usage: rlm skill rlm%-execute %[%-%-backend local|daytona%] %[%-%-tools FILE%.lua%] %[ARGS%.%.%.%]\n"), r.stdout)
   T.contains(r.stdout, "name: rlm-execute")
   local dir, data = T.tmpdir(), T.tmpdir()
   local env = {PATH = "/usr/bin:/bin", HOME = data, XDG_DATA_HOME = data}
