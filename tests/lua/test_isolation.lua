@@ -488,6 +488,21 @@ for k in range(400):
   T.eq(out, {answer = 2})
 end
 
+tests["a repository counts against limits.workspace; a context does not"] = function()
+  local dir = T.tmpdir()
+  assert(sys.mkdir_p(dir .. "/small"))
+  assert(sys.write_file(dir .. "/small/data", ("x"):rep(3 * MiB)))
+  assert(sys.write_file(dir .. "/big.txt", ("y"):rep(8 * MiB)))
+  local i = interp{limits = {workspace = "4M"}, repo_url = dir .. "/small",
+                   context_paths = {dir .. "/big.txt"}}
+  T.eq(probe(i, "import os\nprint(os.path.getsize('repo/data'), os.path.getsize('context/big.txt'))"),
+       ("%d %d\n"):format(3 * MiB, 8 * MiB))
+  assert(sys.write_file(dir .. "/small/more", ("x"):rep(2 * MiB)))
+  local ok, err = pcall(function() interp{limits = {workspace = "4M"}, repo_url = dir .. "/small"}:start() end)
+  T.eq(ok, false, "a 5 MiB repository staged under a 4 MiB limit")
+  T.contains(err, "limits.workspace")
+end
+
 -- What the sandbox's workspace and memory hold, counted in blocks (st_blocks: a sparse or
 -- preallocated file counts what it takes, not its size).
 local function held(i)

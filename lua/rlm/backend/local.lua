@@ -420,7 +420,14 @@ function M.create(opts)
     local made, why = sys.mkdir_p(self.memory, not volume and PRIVATE or nil)
     if not made then error("cannot create the volume directory: " .. why, 0) end
     if volume and self.uid then check_passable(self.uid, volume) end
-    if opts.repo_url then stage_repo(self.workspace .. "/repo", opts.repo_url, opts.repo_ref) end
+    if opts.repo_url then
+      local staged, why = pcall(stage_repo, self.workspace .. "/repo", opts.repo_url, opts.repo_ref)
+      if not staged and tostring(why):find("No space left on device", 1, true) then
+        why = ("%s (the repository is staged in the workspace, which holds %s: limits.workspace)")
+              :format(why, limits.human(self.limits.workspace))
+      end
+      if not staged then error(why, 0) end
+    end
     -- The context on disk, bound read-only at workspace/context: a large one costs no memory
     -- and none of limits.workspace.
     if opts.context_paths then
