@@ -681,8 +681,8 @@ function Sandbox:died_message()
   return msg
 end
 
--- Disk used by the sandbox's writable folders, with a volume (the tmpfs's share counts against
--- the same limit).
+-- What the workspace and the volume hold together: with a volume, limits.workspace bounds the
+-- two by this measure while code runs (the workspace alone is bounded by its tmpfs).
 function Sandbox:disk_usage()
   local total = 0
   for _, dir in ipairs{self.workspace, self.memory} do
