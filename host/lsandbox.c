@@ -7,6 +7,10 @@
  *   list_beneath(root, rel) -> {{path=, type=, size=}, ...} | nil, err, errno
  *   usage(root) -> bytes allocated under root | nil, err, errno
  *   chown_tree(root, uid, gid[, recursive]) -> true | nil, err, errno   links not followed
+ *   private_mounts() -> true | nil, err, errno   this process in a mount namespace of its own
+ *   mount_tmpfs(path, bytes, inodes) -> true | nil, err, errno   (after private_mounts)
+ *   unmount(path) -> true | nil, err, errno   that mount and those beneath, lazily
+ *   space(path) -> used, size | nil, err, errno   of the file system at path, in blocks' bytes
  *
  * The host reads and writes inside a sandbox's folders while code in the sandbox may swap any
  * directory for a symbolic link at any moment. Checking a path and then using it by name loses
@@ -30,6 +34,7 @@
 #include <lauxlib.h>
 
 #include "buf.h"
+#include "mounts.h"
 #include "seccomp.h"
 
 /* Deeper trees are not listed or measured further: each level holds a descriptor open. */
@@ -541,10 +546,54 @@ static int l_chown_tree(lua_State *L)
     return 1;
 }
 
+/* ---------- the workspace's own file system (mounts.h) ---------- */
+
+static int done(lua_State *L, int rc, const char *what)
+{
+    if (rc != 0)
+        return fail(L, what, errno);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int l_private_mounts(lua_State *L)
+{
+    const char *step = "";
+    return done(L, mounts_enter_private(&step), step);
+}
+
+static int l_mount_tmpfs(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    lua_Integer bytes = luaL_checkinteger(L, 2), inodes = luaL_checkinteger(L, 3);
+    luaL_argcheck(L, bytes > 0, 2, "the size must be positive");
+    luaL_argcheck(L, inodes > 0, 3, "the number of files must be positive");
+    return done(L, mounts_tmpfs(path, (uint64_t)bytes, (uint64_t)inodes), path);
+}
+
+static int l_unmount(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    return done(L, mounts_detach(path), path);
+}
+
+static int l_space(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    uint64_t used, size;
+    if (mounts_space(path, &used, &size) != 0)
+        return fail(L, path, errno);
+    lua_pushinteger(L, (lua_Integer)used);
+    lua_pushinteger(L, (lua_Integer)size);
+    return 2;
+}
+
 static const luaL_Reg sandbox_funcs[] = {
     {"seccomp_filter", l_seccomp_filter}, {"read_beneath", l_read_beneath},
     {"write_beneath", l_write_beneath},   {"list_beneath", l_list_beneath},
     {"usage", l_usage},                   {"chown_tree", l_chown_tree},
+    {"private_mounts", l_private_mounts}, {"mount_tmpfs", l_mount_tmpfs},
+    {"unmount", l_unmount},               {"space", l_space},
     {NULL, NULL}};
 
 int luaopen_rlm_core_sandbox(lua_State *L)

@@ -12,8 +12,10 @@
 --   open_files  descriptors per process (RLIMIT_NOFILE): "Too many open files"
 --   file_size   the largest file the code may write (RLIMIT_FSIZE): "File too large"
 --   tmp         size of /tmp and of /dev/shm, each (tmpfs): "No space left on device"
---   workspace   disk used under /home/daytona/workspace and /home/daytona/memory; the host
---               measures it while code runs and stops code that grows it past the limit
+--   workspace   size of the tmpfs that holds /home/daytona/workspace and a transient
+--               /home/daytona/memory (local backend): "No space left on device"; a volume
+--               is measured with the workspace while code runs, and code that grows it past
+--               the limit is stopped
 --   output      what the code prints, stdout and stderr each, per execute: past it printing
 --               fails with "No space left on device"
 --   submit      the JSON size of what one SUBMIT hands back: past it SUBMIT raises ValueError

@@ -365,7 +365,7 @@ for _ in range(4):
 ]])
     sys.sleep(0.02)
     local root = i.sandbox.root
-    T.truthy(#assert(sys.list_dir(root .. "/workspace")) > 0, "the code writes")
+    T.truthy(#assert(sys.list_dir(i.sandbox.workspace)) > 0, "the code writes")
     -- half the rounds as an interrupted execute ends: the driver killed first, then the end
     if round % 2 == 0 then i.sandbox:kill_driver() end
     i:shutdown()

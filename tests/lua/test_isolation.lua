@@ -11,6 +11,8 @@ local rlm = require "rlm"
 local tests = {}
 local ROOT = sys.getuid() == 0
 
+local MiB = 1 << 20
+
 local function interp(opts)
   local i = rlm.interpreter(opts)
   T.defer(function() i:shutdown() end)
@@ -286,10 +288,14 @@ tests["staging hands the context to the sandbox's uid without following links"] 
   local out = i:execute([[
 import os
 base = 'context/ctx/deep'
+try:
+    wrote = open(base + '/er/notes.txt', 'a').write(' and more')
+except OSError as e:
+    wrote = e.strerror
 SUBMIT(owners=sorted({os.lstat(os.path.join(d, n)).st_uid for d, ds, fs in os.walk(base)
-                      for n in ds + fs} | {os.stat(base).st_uid}),
-       wrote=open(base + '/er/notes.txt', 'a').write(' and more'))]])
+                      for n in ds + fs} | {os.stat(base).st_uid}), wrote=wrote)]])
   T.eq(out.owners, {1000}, "everything staged belongs to the sandbox's user")
+  T.eq(out.wrote, "Read-only file system", "the context is read-only")
   T.eq(sys.stat(target).uid, 0, "the link's target keeps its owner")
 end
 
@@ -374,11 +380,10 @@ tests["each sandbox of root's has a uid of its own, no other host user's"] = fun
   assert(sys.chmod(dir .. "/secret.txt", tonumber("600", 8)))
   local c = interp{context_paths = {dir .. "/secret.txt"}}
   probe(c, "open('mine.txt', 'w').write('written inside')\nprint(open('context/secret.txt').read())")
-  for _, name in ipairs{"context/secret.txt", "mine.txt"} do
-    local path = c.sandbox.workspace .. "/" .. name
+  for _, path in ipairs{c.sandbox.context .. "/secret.txt", c.sandbox.workspace .. "/mine.txt"} do
     T.eq(sys.read_file(path) ~= nil, true, "the file is there: " .. path)
     local r = read_as_nobody(path)
-    T.truthy(r and r.code ~= 0 and r.stdout == "", "host uid 65534 read " .. name)
+    T.truthy(r and r.code ~= 0 and r.stdout == "", "host uid 65534 read " .. path)
   end
 end
 
@@ -468,19 +473,106 @@ tests["a shell command that prints without end is stopped at limits.output"] = f
   T.truthy(gap < 0.5, ("the host stalled for %.2f s"):format(gap))
 end
 
-tests["a workspace bomb is stopped near limits.workspace and the files stay"] = function()
+tests["a workspace bomb stops at limits.workspace and the files stay"] = function()
   local run, i = bomb({workspace = "64M"}, [[
 import os
 for k in range(400):
     with open(f"fill{k}", "wb") as f:
-        f.write(b"x" * (4 << 20))]], "limits.workspace")
-  T.truthy(run.error:match("^LimitError"), run.error)
+        f.write(b"x" * (4 << 20))]], "No space left on device")
   local used = require("rlm.core.sandbox").usage(i.sandbox.workspace)
-  T.truthy(used < (64 << 20) + (1 << 30), ("the workspace holds %d MiB"):format(used >> 20))
+  T.truthy(used <= 64 * MiB, ("the workspace holds %d MiB"):format(used >> 20))
+  T.truthy(used >= 56 * MiB, ("the workspace holds only %d MiB"):format(used >> 20))
   T.truthy(#i:files() > 0, "the files written before the stop stay")
-  -- Cleaning up is allowed even while over the limit.
+  -- Cleaning up is allowed, and makes room again.
   local out = i:execute("import glob, os\nfor f in glob.glob('fill*'): os.remove(f)\nSUBMIT(answer=2)")
   T.eq(out, {answer = 2})
+end
+
+tests["a repository counts against limits.workspace; a context does not"] = function()
+  local dir = T.tmpdir()
+  assert(sys.mkdir_p(dir .. "/small"))
+  assert(sys.write_file(dir .. "/small/data", ("x"):rep(3 * MiB)))
+  assert(sys.write_file(dir .. "/big.txt", ("y"):rep(8 * MiB)))
+  local i = interp{limits = {workspace = "4M"}, repo_url = dir .. "/small",
+                   context_paths = {dir .. "/big.txt"}}
+  T.eq(probe(i, "import os\nprint(os.path.getsize('repo/data'), os.path.getsize('context/big.txt'))"),
+       ("%d %d\n"):format(3 * MiB, 8 * MiB))
+  assert(sys.write_file(dir .. "/small/more", ("x"):rep(2 * MiB)))
+  local ok, err = pcall(function() interp{limits = {workspace = "4M"}, repo_url = dir .. "/small"}:start() end)
+  T.eq(ok, false, "a 5 MiB repository staged under a 4 MiB limit")
+  T.contains(err, "limits.workspace")
+end
+
+-- What the sandbox's workspace and memory hold, counted in blocks (st_blocks: a sparse or
+-- preallocated file counts what it takes, not its size).
+local function held(i)
+  return require("rlm.core.sandbox").usage(i.sandbox.workspace) +
+         require("rlm.core.sandbox").usage(i.sandbox.memory)
+end
+
+tests["fallocate past limits.workspace fails within it, and the session goes on"] = function()
+  -- fallocate grows a file by 2 GiB in one call (file_size lets it reach the file system); -n
+  -- keeps the file's size, so no size limit sees it
+  local i = interp{limits = {workspace = "64M", file_size = "4G"}, execute_timeout = 60}
+  local _, run = i:execute([[
+import subprocess
+for args in (["-l", "2G", "big"], ["-n", "-l", "2G", "big"], ["-l", "2G", "/home/daytona/memory/m"]):
+    r = subprocess.run(["fallocate", *args], capture_output=True, text=True)
+    print(r.returncode, r.stderr.strip())]])
+  T.eq(run.error, nil, "the block itself went on")
+  local lines = {}
+  for line in run.stdout:gmatch("[^\n]+") do lines[#lines + 1] = line end
+  T.eq(#lines, 3, run.stdout)
+  for _, line in ipairs(lines) do
+    T.truthy(not line:match("^0 "), "fallocate succeeded: " .. line)
+    T.contains(line, "No space left on device")
+  end
+  T.truthy(held(i) <= 64 * MiB, ("%d MiB landed"):format(held(i) >> 20))
+  -- Up to just under the limit works, sparse or not.
+  local got = probe(i, [[
+import os
+os.posix_fallocate(os.open("pre", os.O_WRONLY | os.O_CREAT), 0, 30 << 20)
+with open("plain", "wb") as f:
+    f.write(b"x" * (30 << 20))
+print(sum(os.stat(n).st_blocks * 512 for n in ("pre", "plain")) >> 20)]])
+  T.eq(got, 60)
+  T.eq(i:execute("SUBMIT(answer=1)"), {answer = 1})
+end
+
+-- A writer the code leaves behind: it starts writing once its block has returned, and goes on
+-- until the disk refuses it (or it has written far past the limit).
+local LEFT_BEHIND = [[
+import subprocess, sys
+subprocess.Popen([sys.executable, "-c", """
+import os, time
+time.sleep(1)
+chunk = b"x" * (1 << 20)
+for k in range(256):
+    try:
+        with open(f"late{k}", "wb") as f:
+            f.write(chunk)
+    except OSError:
+        pass
+open("writer-done", "w").close()
+"""], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print("started")]]
+
+tests["a writer that outlives its block stops at limits.workspace and is reported"] = function()
+  local i = interp{limits = {workspace = "64M"}, execute_timeout = 60}
+  T.eq(probe(i, LEFT_BEHIND), "started\n")
+  local deadline = sys.now() + 120
+  while not sys.stat(i.sandbox.workspace .. "/writer-done") and sys.now() < deadline do
+    sys.sleep(0.2)
+  end
+  T.truthy(sys.stat(i.sandbox.workspace .. "/writer-done"), "the writer ended")
+  -- The bound: the limit, and one 4 KiB block of slack.
+  local used = held(i)
+  T.truthy(used <= 64 * MiB + 4096, ("%d MiB landed past a 64 MiB limit"):format(used >> 20))
+  T.truthy(used >= 56 * MiB, ("the writer wrote only %d MiB"):format(used >> 20))
+  local _, run = i:execute("print(len([n for n in __import__('os').listdir() if n.startswith('late')]))")
+  T.eq(run.error, nil)
+  T.contains(run.stderr, "limits.workspace", "the host reports the full workspace")
+  T.eq(i:execute("SUBMIT(answer=1)"), {answer = 1})
 end
 
 -- 5. The host's own memory ---------------------------------------------------------------------

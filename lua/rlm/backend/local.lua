@@ -1,7 +1,8 @@
 --- The local sandbox: one long-lived Python driver per sandbox, isolated with bubblewrap.
 --
 -- Inside, the code sees the same paths as on every backend:
---   /home/daytona/workspace   writable, transient (the code's cwd; repo/ and context/ are staged here)
+--   /home/daytona/workspace   writable, transient (the code's cwd; repo/ is staged here, and
+--                             context/, read-only)
 --   /home/daytona/memory      writable; durable when volume_name is set
 --                             (host: $XDG_DATA_HOME/rlm/volumes/NAME, default ~/.local/share/rlm/...,
 --                             or /var/lib/rlm/volumes/NAME for root)
@@ -21,7 +22,10 @@
 --     seccomp filter (rlm.core.sandbox) against the kernel surface Python never needs;
 --   * only fds 0-2 and the ones handed over reach bwrap (rlm.core.proc spawn), and bwrap runs
 --     with a fixed environment: `env` reaches only the process inside, through --args;
---   * resource limits (rlm.limits) as rlimits, tmpfs sizes and a watch on the workspace;
+--   * resource limits (rlm.limits) as rlimits and tmpfs sizes: the workspace and the transient
+--     memory folder lie on a tmpfs of limits.workspace, mounted by rlm in a mount namespace of
+--     its own (see mount_files); a volume, which must outlast the sandbox, stays on disk, and
+--     the host measures it while code runs;
 --   * host-side file operations resolve paths beneath the workspace without following
 --     symbolic links (rlm.core.sandbox), so code swapping directories cannot redirect them.
 --
@@ -62,7 +66,7 @@ local UID_LOCKS = "/run/rlm/uids"
 -- a 100 MB value crosses in a sixteenth of the wake-ups.
 local PIPE_SIZE = 1024 * 1024
 local PRIVATE = tonumber("700", 8)   -- the sandbox's own folders: nobody else on the host reads them
--- How often, at most, the host measures the workspace while code runs; a walk that takes long
+-- How often, at most, the host measures a volume while code runs; a walk that takes long
 -- (a huge tree) is spaced out further, to at most this share of the host's time.
 local WATCH_INTERVAL = 0.25
 local WATCH_SHARE = 0.05
@@ -324,11 +328,44 @@ local function sweep_orphans(base)
       local old = sys.stat(dir .. "/" .. OLD_LOCK)
       local lock = sys.lock(old and dir .. "/" .. OLD_LOCK or dir)
       if lock then
-        if old or sys.stat(dir .. "/workspace") then sys.remove(dir, true) end
+        if old or sys.stat(dir .. "/files") or sys.stat(dir .. "/workspace") then
+          sys.remove(dir, true)
+        end
         lock:release()
       end
     end
   end
+end
+
+-- The sandbox's files (workspace and transient memory) on a file system of their own, at
+-- root/files: a tmpfs of limits.workspace, counted in blocks by the kernel, which refuses a
+-- write or an fallocate past it (ENOSPC) whenever it comes, from the block's code or from a
+-- process it left behind. It is mounted in rlm's own mount namespace (rlm.core.sandbox
+-- private_mounts; for an ordinary user, with a user namespace that maps the user to itself), so
+-- the host's file operations and bwrap reach it by its path as before, it outlives a restarted
+-- driver, and it goes with the last process of rlm and its sandboxes. tmpfs is memory, taken
+-- only as files are written: an idle sandbox holds none, and a staged context stays on disk.
+-- One file per FILE_BYTES of the limit: files beyond the bytes would cost the kernel memory.
+local FILE_BYTES, MIN_FILES = 8192, 4096
+
+local function mount_files(self)
+  local ok, why = sandbox.private_mounts()
+  if ok then ok, why = sys.mkdir_p(self.files, PRIVATE) end
+  if ok then
+    local bytes = self.limits.workspace
+    ok, why = sandbox.mount_tmpfs(self.files, bytes, math.max(MIN_FILES, bytes // FILE_BYTES))
+  end
+  if not ok then
+    error(("cannot give the workspace a file system of its own (limits.workspace): %s")
+          :format(why), 0)
+  end
+  self.mounted = true
+end
+
+-- Detaches the sandbox's tmpfs (lazily: processes of the sandbox still ending keep it until
+-- they are gone, and write nothing past it meanwhile).
+function Sandbox:unmount_files()
+  if self.mounted and sandbox.unmount(self.files) then self.mounted = false end
 end
 
 --- Creates a sandbox (directories staged; the driver is started by start_driver).
@@ -374,27 +411,43 @@ function M.create(opts)
       if volume then self.uid = volume_uid(opts.volume_name)
       else self.uid, self.uid_lock = take_uid() end
     end
-    self.workspace = root .. "/workspace"
-    self.memory = volume or (root .. "/memory")
+    self.files = root .. "/files"
+    mount_files(self)
+    self.workspace = self.files .. "/workspace"
+    self.memory = volume or (self.files .. "/memory")
+    self.volume = volume
     assert(sys.mkdir_p(self.workspace, PRIVATE))
     local made, why = sys.mkdir_p(self.memory, not volume and PRIVATE or nil)
     if not made then error("cannot create the volume directory: " .. why, 0) end
     if volume and self.uid then check_passable(self.uid, volume) end
-    if opts.repo_url then stage_repo(self.workspace .. "/repo", opts.repo_url, opts.repo_ref) end
-    if opts.context_paths then stage_context(self.workspace .. "/context", opts.context_paths) end
+    if opts.repo_url then
+      local staged, why = pcall(stage_repo, self.workspace .. "/repo", opts.repo_url, opts.repo_ref)
+      if not staged and tostring(why):find("No space left on device", 1, true) then
+        why = ("%s (the repository is staged in the workspace, which holds %s: limits.workspace)")
+              :format(why, limits.human(self.limits.workspace))
+      end
+      if not staged then error(why, 0) end
+    end
+    -- The context on disk, bound read-only at workspace/context: a large one costs no memory
+    -- and none of limits.workspace.
+    if opts.context_paths then
+      self.context = root .. "/context"
+      stage_context(self.context, opts.context_paths)
+    end
     -- A volume keeps what earlier sandboxes wrote, already its uid's: only its top is handed
     -- over, unless it belongs to another uid (made before volumes had uids of their own).
     give_to(self.uid, {self.workspace, not volume and self.memory or nil}, true)
+    if self.context then give_to(self.uid, {self.context}, true) end
     if volume and self.uid then
       give_to(self.uid, {self.memory}, sys.stat(self.memory).uid ~= self.uid)
     end
   end)
   if not ok then
+    self:unmount_files()
     if self.uid_lock then self.uid_lock:release() end
     abandon(err)
   end
-  self.allowance = math.max(self.limits.workspace,
-                            (opts.repo_url or opts.context_paths or volume) and self:disk_usage() or 0)
+  self.allowance = math.max(self.limits.workspace, volume and self:disk_usage() or 0)
   self.id = "local-" .. basename(root):gsub("^rlm%-sandbox%.", "")
   return self
 end
@@ -476,8 +529,9 @@ function Sandbox:command(argv)
       "--dev", "/dev", "--size", l.tmp, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
       "--size", l.tmp, "--tmpfs", "/tmp",
       "--size", 2 * l.output, "--tmpfs", CAPTURE_DIR,
-      "--dir", HOME, "--bind", self.workspace, WORKSPACE, "--bind", self.memory, MEMORY,
-      "--chdir", WORKSPACE, "--uid", "1000", "--gid", "1000", "--hostname", "sandbox")
+      "--dir", HOME, "--bind", self.workspace, WORKSPACE, "--bind", self.memory, MEMORY)
+  if self.context then add("--ro-bind", self.context, WORKSPACE .. "/context") end
+  add("--chdir", WORKSPACE, "--uid", "1000", "--gid", "1000", "--hostname", "sandbox")
   if self.packages then add(table.unpack(venv.mount_args(self.packages))) end
   add("--remount-ro", "/", "--")
   table.move(argv, 1, #argv, #a + 1, a)
@@ -486,13 +540,32 @@ function Sandbox:command(argv)
   return a, pass
 end
 
--- RLIMIT_NPROC counts every process of the host user. A sandbox of root's runs as its own uid;
--- one of an ordinary user's shares the user's count, so the limit comes on top of what the
--- user runs already.
+-- The processes of this rlm and all it started (its sandboxes' included): those of the user
+-- namespace an ordinary user's rlm runs in (mount_files), whatever left it being rare.
+local function own_processes()
+  local parent = {}
+  for _, name in ipairs(sys.list_dir("/proc") or {}) do
+    local status = name:match("^%d+$") and sys.read_file("/proc/" .. name .. "/status")
+    local ppid = status and status:match("\nPPid:%s*(%d+)")
+    if ppid then parent[tonumber(name)] = tonumber(ppid) end
+  end
+  local me, n = sys.getpid(), 0
+  for pid in pairs(parent) do
+    local at, hops = pid, 0
+    while at and at ~= me and at > 1 and hops < 64 do at, hops = parent[at], hops + 1 end
+    if at == me then n = n + 1 end
+  end
+  return n
+end
+
+-- RLIMIT_NPROC counts a user's processes in each user namespace, and in every one above it up
+-- to the host's, each level against the limit its namespace was made with. A sandbox of root's
+-- runs as its own uid. One of an ordinary user's runs in the user namespace rlm made
+-- (mount_files), where the count is this rlm's processes: the limit comes on top of them.
 function Sandbox:process_limit()
   local n = self.limits.processes
   if self.uid then return n end
-  return n + sys.count_processes(sys.getuid())
+  return n + own_processes()
 end
 
 -- The spawn table for argv inside the sandbox (also used by shell()).
@@ -608,7 +681,8 @@ function Sandbox:died_message()
   return msg
 end
 
--- Disk used by the sandbox's writable folders (the volume included: it is the same disk).
+-- What the workspace and the volume hold together: with a volume, limits.workspace bounds the
+-- two by this measure while code runs (the workspace alone is bounded by its tmpfs).
 function Sandbox:disk_usage()
   local total = 0
   for _, dir in ipairs{self.workspace, self.memory} do
@@ -632,10 +706,11 @@ function Sandbox:check_workspace()
   end
 end
 
--- Waits for the driver's next line while keeping the workspace under its limit: the host
--- measures it every WATCH_INTERVAL while code runs and stops code that grows it too far.
+-- Waits for the driver's next line; with a volume, keeping it under the limit: the host measures
+-- it every WATCH_INTERVAL while code runs and stops code that grows it too far.
 -- deadline: a sys.now() time.
 function Sandbox:watched_line(deadline)
+  if not self.volume then return sys.read_line(self.proc, math.max(0, deadline - clock())) end
   local interval = WATCH_INTERVAL
   while true do
     local left = deadline - clock()
@@ -646,6 +721,19 @@ function Sandbox:watched_line(deadline)
     if over then return nil, over, "limit" end
     interval = math.max(WATCH_INTERVAL, (clock() - t0) / WATCH_SHARE)
   end
+end
+
+-- Less room than this left on the workspace's tmpfs is full: a writer stopped there was refused.
+local FULL_ROOM = 1024 * 1024
+
+-- Tells the code, at the end of its block's stderr, when its workspace is full: what stopped a
+-- write may have been a process of an earlier block, whose own error nobody sees.
+function Sandbox:note_full(ev)
+  local used, size = sandbox.space(self.files)
+  if not used or size - used >= FULL_ROOM or type(ev.stderr or "") ~= "string" then return end
+  ev.stderr = (ev.stderr or "") .. ("[rlm: the workspace is full: it holds %s of %s " ..
+    "(limits.workspace); writes there fail with \"No space left on device\"]\n")
+    :format(limits.human(used), limits.human(size))
 end
 
 -- Raw bytes after a line (the driver's docstring): this backend carries strings of this many
@@ -707,6 +795,7 @@ function Sandbox:request(req, timeout, payloads)
     return nil, self:died_message(), "dead"
   end
   local ev, why, kind = common.decode_event(line)
+  if ev and ev.ev == "done" then self:note_full(ev) end
   if ev and ev.payloads ~= nil then return self:read_payloads(ev, deadline) end
   return ev, why, kind
 end
@@ -808,14 +897,11 @@ function Sandbox:shell(cmd, timeout)
   return {exit = r.status == "exit" and r.code or 128 + r.code, output = output}
 end
 
--- Removes the sandbox's folder, its workspace first: a folder this could not empty keeps it,
--- and stays one that a later rlm finds unlocked and removes.
+-- Removes the sandbox's folder, its files' tmpfs first: a folder this could not empty keeps
+-- it, and stays one that a later rlm finds unlocked and removes.
 function Sandbox:remove_folder()
-  local ok = sys.remove(self.workspace, true)
-  if self.memory:sub(1, #self.root + 1) == self.root .. "/" then
-    ok = sys.remove(self.memory, true) and ok
-  end
-  return ok and sys.remove(self.root, true)
+  self:unmount_files()
+  return not self.mounted and sys.remove(self.root, true)
 end
 
 --- Kills the driver and removes the transient directories; the volume stays. Idempotent, and
