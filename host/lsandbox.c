@@ -559,7 +559,8 @@ static int done(lua_State *L, int rc, const char *what)
 static int l_private_mounts(lua_State *L)
 {
     const char *step = "";
-    return done(L, mounts_enter_private(&step), step);
+    int rc = mounts_enter_private(&step);   /* before done(): it names the step that failed */
+    return done(L, rc, step);
 }
 
 static int l_mount_tmpfs(lua_State *L)

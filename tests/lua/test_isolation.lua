@@ -488,6 +488,30 @@ for k in range(400):
   T.eq(out, {answer = 2})
 end
 
+-- Root in a container without CAP_SYS_ADMIN can run bwrap (it makes a user namespace) but not
+-- mount a tmpfs: the workspace is then measured while code runs, said once, and still stops
+-- code that writes past it.
+tests["without CAP_SYS_ADMIN the workspace is measured, and says so"] = function()
+  if not ROOT then T.skip("dropping CAP_SYS_ADMIN is root's case") end
+  local script = T.tmpdir() .. "/ws.lua"
+  assert(sys.write_file(script, [[
+local rlm = require "rlm"
+local i <close> = rlm.interpreter{limits = {workspace = "8M"}}
+local _, first = i:execute("print(6 * 7)")
+io.write(first.stdout)
+local _, run = i:execute("open('big', 'wb').write(b'x' * (32 << 20))\nimport time; time.sleep(2)")
+print(run.error)
+]]))
+  local r = assert(sys.run({"setpriv", "--bounding-set=-sys_admin", "--inh-caps=-sys_admin",
+                            T.rlm, "run", script}, {timeout = 120}))
+  T.eq(r.code, 0, r.stderr)
+  T.contains(r.stdout, "42\n")
+  T.contains(r.stdout, "LimitError: the code wrote")
+  T.contains(r.stdout, "limits.workspace")
+  local said = select(2, r.stderr:gsub("limits.workspace is measured while code runs", ""))
+  T.eq(said, 1, r.stderr)
+end
+
 tests["a repository counts against limits.workspace; a context does not"] = function()
   local dir = T.tmpdir()
   assert(sys.mkdir_p(dir .. "/small"))
@@ -497,6 +521,15 @@ tests["a repository counts against limits.workspace; a context does not"] = func
                    context_paths = {dir .. "/big.txt"}}
   T.eq(probe(i, "import os\nprint(os.path.getsize('repo/data'), os.path.getsize('context/big.txt'))"),
        ("%d %d\n"):format(3 * MiB, 8 * MiB))
+  -- The host reaches the context where it lies, on disk: listed, read, never written.
+  local listed = {}
+  for _, e in ipairs(assert(i:files())) do listed[e.path] = e.size end
+  T.eq(listed["/home/daytona/workspace/context/big.txt"], 8 * MiB)
+  T.eq(listed["/home/daytona/workspace/repo/data"], 3 * MiB)
+  T.eq(#assert(i:download("context/big.txt", 0, 4)), 4)
+  local wrote, why = i:upload("context/new.txt", "x")
+  T.eq(wrote, nil)
+  T.contains(why, "read-only")
   assert(sys.write_file(dir .. "/small/more", ("x"):rep(2 * MiB)))
   local ok, err = pcall(function() interp{limits = {workspace = "4M"}, repo_url = dir .. "/small"}:start() end)
   T.eq(ok, false, "a 5 MiB repository staged under a 4 MiB limit")

@@ -348,18 +348,26 @@ end
 -- One file per FILE_BYTES of the limit: files beyond the bytes would cost the kernel memory.
 local FILE_BYTES, MIN_FILES = 8192, 4096
 
+-- Where no file system of its own can be had (root without CAP_SYS_ADMIN in a container, a
+-- kernel that refuses the namespace), the workspace is measured while code runs instead, as a
+-- volume is, and rlm says so once: a limit that holds less is better than no sandbox at all.
+local unenforced_said = false
+
 local function mount_files(self)
+  assert(sys.mkdir_p(self.files, PRIVATE))
   local ok, why = sandbox.private_mounts()
-  if ok then ok, why = sys.mkdir_p(self.files, PRIVATE) end
   if ok then
     local bytes = self.limits.workspace
     ok, why = sandbox.mount_tmpfs(self.files, bytes, math.max(MIN_FILES, bytes // FILE_BYTES))
   end
-  if not ok then
-    error(("cannot give the workspace a file system of its own (limits.workspace): %s")
-          :format(why), 0)
+  self.mounted = ok and true or false
+  -- The sandbox's uid passes through, as it does through the tmpfs's root (mode=0711).
+  if not ok then assert(sys.chmod(self.files, tonumber("711", 8))) end
+  if not ok and not unenforced_said then
+    unenforced_said = true
+    io.stderr:write(("rlm: limits.workspace is measured while code runs, not held by a file " ..
+      "system of its own (%s)\n"):format(why))
   end
-  self.mounted = true
 end
 
 -- Detaches the sandbox's tmpfs (lazily: processes of the sandbox still ending keep it until
@@ -706,11 +714,14 @@ function Sandbox:check_workspace()
   end
 end
 
--- Waits for the driver's next line; with a volume, keeping it under the limit: the host measures
--- it every WATCH_INTERVAL while code runs and stops code that grows it too far.
+-- Waits for the driver's next line; with a volume (or a workspace without a tmpfs of its own),
+-- keeping it under the limit: the host measures it every WATCH_INTERVAL while code runs and
+-- stops code that grows it too far.
 -- deadline: a sys.now() time.
 function Sandbox:watched_line(deadline)
-  if not self.volume then return sys.read_line(self.proc, math.max(0, deadline - clock())) end
+  if self.mounted and not self.volume then
+    return sys.read_line(self.proc, math.max(0, deadline - clock()))
+  end
   local interval = WATCH_INTERVAL
   while true do
     local left = deadline - clock()
@@ -730,7 +741,7 @@ local FULL_ROOM = 1024 * 1024
 -- write may have been a process of an earlier block, whose own error nobody sees.
 function Sandbox:note_full(ev)
   local used, size = sandbox.space(self.files)
-  if not used or size - used >= FULL_ROOM or type(ev.stderr or "") ~= "string" then return end
+  if not self.mounted or not used or size - used >= FULL_ROOM or type(ev.stderr or "") ~= "string" then return end
   ev.stderr = (ev.stderr or "") .. ("[rlm: the workspace is full: it holds %s of %s " ..
     "(limits.workspace); writes there fail with \"No space left on device\"]\n")
     :format(limits.human(used), limits.human(size))
@@ -853,15 +864,20 @@ end
 -- Splits a sandbox path into the host directory it lies beneath (the workspace or the volume)
 -- and the path relative to it; nil, err for anything else. The relative part is resolved later
 -- by rlm.core.sandbox without following symbolic links, so code inside cannot redirect it.
+-- The staged context lies on disk, outside the workspace's tmpfs: its paths lead there.
 function Sandbox:beneath(path)
   local root, rel = common.place(path)
   if not root then return nil, rel end
+  if self.context and root == WORKSPACE and (rel == "context" or rel:sub(1, 8) == "context/") then
+    return self.context, rel == "context" and "." or rel:sub(9), WORKSPACE .. "/context", true
+  end
   return root == WORKSPACE and self.workspace or self.memory, rel, root
 end
 
 function Sandbox:upload(path, data)
-  local dir, rel = self:beneath(path)
+  local dir, rel, _, context = self:beneath(path)
   if not dir then return nil, rel end
+  if context then return nil, "the context is read-only (context_paths)" end
   return sandbox.write_beneath(dir, rel, data, {mkdirs = true, uid = self.uid, gid = self.uid})
 end
 
@@ -879,6 +895,18 @@ function Sandbox:list(dir)
   local entries, err = sandbox.list_beneath(host, rel)
   if not entries then return nil, err end
   for _, e in ipairs(entries) do e.path = prefix .. "/" .. e.path end
+  -- The whole workspace holds the context too, which its own file system does not.
+  if self.context and host == self.workspace and rel == "." then
+    local at = #entries + 1
+    for k, e in ipairs(entries) do
+      if e.path == WORKSPACE .. "/context" then at = k + 1 end
+    end
+    for _, e in ipairs(sandbox.list_beneath(self.context, ".") or {}) do
+      e.path = WORKSPACE .. "/context/" .. e.path
+      table.insert(entries, at, e)
+      at = at + 1
+    end
+  end
   return entries
 end
 
