@@ -1,0 +1,248 @@
+--- A network that carries keys without handing them over (network = {allow = {...}}): code
+-- reaches an allowed host through the driver's proxy and gets an answer made with the key,
+-- which the host adds; the key is in no output, trajectory record, event or sandbox file, an
+-- upstream that echoes it back is redacted, every other host is refused, https through the
+-- proxy is refused with a hint, and the sandbox still has no network of its own. Run as root
+-- and as uid 65534 (make isolation), and on the Daytona stand-in.
+local T = require "support"
+local F = require "rlm_fixtures"
+local json = require "rlm.json"
+local rlm = require "rlm"
+local sys = require "rlm.sys"
+local trace = require "rlm.trace"
+
+local tests = {}
+
+local KEY = "sk-search-7f3c9e1d5b2a4680"
+local VAR = "RLM_TEST_SEARCH_KEY"
+
+-- The keyed stand-in upstream, and the key in the host's environment for this test.
+local function upstream()
+  local s = T.server{"tests/standins/keyed_api", "--key", KEY}
+  local old = sys.getenv(VAR)
+  sys.setenv(VAR, KEY)
+  T.defer(function() sys.setenv(VAR, old) end)
+  return s
+end
+
+local function network(s, extra)
+  local allow = {["search.example"] = {upstream = s.url, headers = {Authorization = "Bearer ${" .. VAR .. "}"}}}
+  for k, v in pairs(extra or {}) do allow[k] = v end
+  return {allow = allow}
+end
+
+local function stats(s)
+  return json.decode(assert(require("rlm.http").request{url = s.url .. "/_stats"}).body)
+end
+
+-- The code: through the proxy (urllib, which reads HTTP_PROXY like most clients), then the
+-- ways around it. Each line is "label: what happened".
+local function probe_code(port)
+  return ([[
+import json, os, socket, urllib.request, urllib.error
+def show(label, f):
+    try:
+        print(label + ':', f())
+    except urllib.error.HTTPError as e:
+        print(label + ': HTTP', e.code, e.read().decode()[:300])
+    except Exception as e:
+        print(label + ': failed', type(e).__name__, str(e)[:300])
+def get(url, headers=None, data=None):
+    req = urllib.request.Request(url, headers=headers or {}, data=data)
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.status, r.read().decode()
+show('search', lambda: get('http://search.example/search?q=rlm'))
+show('echo', lambda: get('http://search.example/echo', {'Authorization': 'Bearer mine', 'X-Mine': 'kept'}, b'posted body'))
+show('echo headers', lambda: dict(urllib.request.urlopen('http://search.example/echo', timeout=30).headers))
+show('other', lambda: get('http://other.example/search?q=x'))
+show('https', lambda: get('https://search.example/search?q=x'))
+show('direct', lambda: socket.create_connection(('127.0.0.1', %d), timeout=5))
+no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+show('unproxied', lambda: no_proxy.open('http://search.example/search?q=x', timeout=5).status)
+print('env has key:', any('%s' in v for v in os.environ.values()))
+print('proxy env:', os.environ.get('HTTP_PROXY', '').startswith('http://127.0.0.1:'))
+]]):format(port, KEY)
+end
+
+local function port_of(url) return tonumber(url:match(":(%d+)$")) end
+
+-- What every backend must show for the probe's output.
+local function check_probe(out)
+  T.contains(out, 'search: (200, \'{"query": "rlm", "results": [{"title": "rlm result 1"',
+             "an answer made with the key")
+  T.contains(out, '"authorization": "Bearer [redacted]"', "the key the upstream echoed is redacted")
+  T.truthy(not out:find("Bearer mine", 1, true), "the code's own Authorization is replaced")
+  T.contains(out, '"x-mine": "kept"', "the code's other headers go through")
+  T.contains(out, '"body": "posted body"', "the body goes through")
+  T.contains(out, "'X-Seen-Authorization': 'Bearer [redacted]'", "echoed in a header: redacted")
+  T.contains(out, "other: HTTP 403 rlm: other.example is not in the run's network allow list",
+             "another host is refused")
+  T.contains(out, "https: failed URLError", "https through the proxy is refused")
+  T.contains(out, "use http://search.example/", "with the way that works")
+  T.contains(out, "direct: failed", "no network of its own")
+  T.contains(out, "unproxied: failed", "no way around the proxy")
+  T.contains(out, "env has key: False")
+  T.contains(out, "proxy env: True")
+  T.truthy(not out:find(KEY, 1, true), "the key is in no output")
+end
+
+-- Every file of the sandbox the code can write, and every process's environment there.
+local GREP = ([[
+import os
+hits = []
+for top in ('/home/daytona', '/tmp'):
+    for d, _, files in os.walk(top):
+        for f in files:
+            try:
+                with open(os.path.join(d, f), 'rb') as fh:
+                    if b'%s' in fh.read():
+                        hits.append(os.path.join(d, f))
+            except OSError:
+                pass
+for pid in os.listdir('/proc'):
+    if pid.isdigit():
+        try:
+            with open('/proc/%%s/environ' %% pid, 'rb') as fh:
+                if b'%s' in fh.read():
+                    hits.append('/proc/%%s/environ' %% pid)
+        except OSError:
+            pass
+print('files with key:', hits)
+]]):format(KEY, KEY)
+
+local function probe_interpreter(backend_opts)
+  local s = upstream()
+  local opts = {network = network(s)}
+  for k, v in pairs(backend_opts or {}) do opts[k] = v end
+  local interp <close> = rlm.interpreter(opts)
+  local _, run = interp:execute(probe_code(port_of(s.url)))
+  T.eq(run.error, nil, run.traceback)
+  check_probe(run.stdout)
+  local _, grep = interp:execute(GREP)
+  T.contains(grep.stdout, "files with key: []", "the key is in no sandbox file")
+  local st = stats(s)
+  -- search, echo, echo headers: with the key; nothing else reached the upstream
+  T.eq(st.keyed, 3, json.encode(st))
+  T.eq(st.requests, 3, json.encode(st))
+end
+
+tests["local: an allowed host answers with the key; the key never reaches the code"] = function()
+  probe_interpreter()
+end
+
+tests["rlm.run: http calls counted and recorded, the key in no record, event or output"] = function()
+  local s = upstream()
+  local code = [[
+import urllib.request, urllib.error
+with urllib.request.urlopen('http://search.example/search?q=cats') as r:
+    found = r.read().decode()
+with urllib.request.urlopen('http://search.example/echo') as r:
+    echoed = r.read().decode()
+try:
+    urllib.request.urlopen('http://evil.example/steal')
+except urllib.error.HTTPError as e:
+    refused = e.code
+print(found, echoed, refused)
+SUBMIT(answer=found + echoed)
+]]
+  F.model{rules = {{match = "Task: keyed", reply = F.code(code)}}}
+  local dir = T.tmpdir()
+  local path = dir .. "/t.jsonl"
+  local events = {}
+  local res = rlm.run{task = "keyed", context = "x", network = network(s), trace = path,
+                      max_iterations = 1, on_event = function(e) events[#events + 1] = json.encode(e) end}
+  T.eq(res.reason, "submitted", tostring(res.detail))
+  T.contains(res.answer, "cats result 1")
+  T.contains(res.answer, "Bearer [redacted]")
+  T.truthy(not res.answer:find(KEY, 1, true), "not in the answer")
+  local text = assert(sys.read_file(path))
+  T.truthy(not text:find(KEY, 1, true), "the key is in no trajectory record")
+  T.truthy(not table.concat(events, "\n"):find(KEY, 1, true), "nor in any event")
+  local http = {}
+  for _, r in ipairs(assert(trace.read(path))) do
+    if r.type == "subcall" and r.kind == "http" then http[#http + 1] = r end
+  end
+  T.eq(#http, 3, "every request is recorded, the refused one too")
+  T.eq(http[1].host, "search.example")
+  T.eq(http[1].status, 200)
+  T.eq(http[1].url, "http://search.example/search?q=cats")
+  T.eq(http[3].host, "evil.example")
+  T.eq(http[3].status, 403)
+  T.contains(http[3].refused, "not in the run's network allow list")
+  local by = res.usage.by_model["http:search.example"]
+  T.eq(by and by.calls, 2, "counted per host")
+  T.eq(stats(s).keyed, 2)
+end
+
+tests["an answer past max_bytes is refused, saying so; a redirect is handed back"] = function()
+  local s = upstream()
+  local allow = network(s)
+  allow.allow["search.example"].max_bytes = 1000
+  local interp <close> = rlm.interpreter{network = allow}
+  local _, run = interp:execute([[
+import urllib.request, urllib.error
+for path in ('/big?bytes=1000', '/big?bytes=1001', '/redirect'):
+    try:
+        with urllib.request.urlopen('http://search.example' + path) as r:
+            print(path, r.status, len(r.read()))
+    except urllib.error.HTTPError as e:
+        print(path, 'HTTP', e.code, e.headers.get('Location'), e.read().decode()[:200])
+]])
+  T.eq(run.error, nil, run.traceback)
+  T.contains(run.stdout, "/big?bytes=1000 200 1000\n")
+  T.contains(run.stdout, "/big?bytes=1001 HTTP 502 None rlm: the answer from search.example is over max_bytes (1000 bytes)")
+  -- urllib follows a redirect itself: to a host not allowed, which the proxy refuses
+  T.contains(run.stdout, "/redirect HTTP 403")
+  T.contains(run.stdout, "elsewhere.invalid is not in the run's network allow list")
+end
+
+tests["misuse is named: a missing variable, a bad host entry, an upstream that is no URL"] = function()
+  T.raises(function() rlm.interpreter{network = {allow = {["a.example"] = {headers = {
+    Authorization = "Bearer ${RLM_TEST_NOT_SET_ANYWHERE}"}}}}} end,
+    "network.allow[\"a.example\"]: RLM_TEST_NOT_SET_ANYWHERE is not set")
+  T.raises(function() rlm.interpreter{network = {allow = {["a.example"] = "yes"}}} end,
+    "network.allow[\"a.example\"] must be a table")
+  T.raises(function() rlm.interpreter{network = {allow = {["a.example"] = {upstream = "ftp://x"}}}} end,
+    "upstream must be an http:// or https:// URL")
+  T.raises(function() rlm.interpreter{network = {allowed = {}}} end, "network must be true, false or {allow = {")
+  T.raises(function() rlm.interpreter{network = {allow = {["https://a.example"] = {}}}} end,
+    "is not a host name")
+end
+
+tests["without an allow list the code has no proxy and no network"] = function()
+  local interp <close> = rlm.interpreter{}
+  local _, run = interp:execute("import os; print(os.environ.get('HTTP_PROXY'), os.environ.get('http_proxy'))")
+  T.eq(run.stdout, "None None\n")
+end
+
+tests["rlm ask --network FILE.lua"] = function()
+  local s = upstream()
+  local model = F.model{rules = {{match = "Task: ask keyed", reply = F.code([[
+import urllib.request
+with urllib.request.urlopen('http://search.example/search?q=dogs') as r:
+    SUBMIT(answer=r.read().decode())
+]])}}}
+  local file = T.tmpdir() .. "/network.lua"
+  assert(sys.write_file(file, ("return {allow = {['search.example'] = {upstream = %q, "
+    .. "headers = {Authorization = 'Bearer ${%s}'}}}}\n"):format(s.url, VAR)))
+  local r = T.run_rlm({"ask", "ask keyed", "--network", file}, {env = F.env(model, {[VAR] = KEY})})
+  T.eq(r.code, 0, r.stderr)
+  T.contains(r.stdout, "dogs result 1")
+  T.truthy(not (r.stdout .. r.stderr):find(KEY, 1, true), "the key is in no output")
+end
+
+tests["daytona stand-in: the same proxy over the backend's call channel"] = function()
+  local DKEY = "sk-daytona-netproxy-0123456789"
+  local d = T.daytona_standin(DKEY)
+  local env = {DAYTONA_API_KEY = DKEY, DAYTONA_API_URL = d.url .. "/api"}
+  for k, v in pairs(env) do
+    local old = sys.getenv(k)
+    sys.setenv(k, v)
+    T.defer(function() sys.setenv(k, old) end)
+  end
+  probe_interpreter{backend = "daytona"}
+  local created = json.decode(assert(require("rlm.http").request{url = d.url .. "/_control/stats"}).body)
+  T.truthy(created, "the stand-in answered")
+end
+
+return tests
