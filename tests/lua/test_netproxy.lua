@@ -171,6 +171,14 @@ SUBMIT(answer=found + echoed)
   T.eq(http[3].host, "evil.example")
   T.eq(http[3].status, 403)
   T.contains(http[3].refused, "not in the run's network allow list")
+  local shown = T.run_rlm({"trace", path})
+  T.eq(shown.code, 0, shown.stderr)
+  T.contains(shown.stdout, "http GET http://search.example/search?q=cats -> 200")
+  T.contains(shown.stdout, "http GET http://evil.example/steal -> 403")
+  T.truthy(not shown.stdout:find(KEY, 1, true))
+  local page = dir .. "/t.html"
+  T.eq(T.run_rlm({"trace", path, "--html", page}).code, 0)
+  T.contains(assert(sys.read_file(page)), "GET http://search.example/echo")
   local by = res.usage.by_model["http:search.example"]
   T.eq(by and by.calls, 2, "counted per host")
   T.eq(stats(s).keyed, 2)
@@ -196,6 +204,34 @@ for path in ('/big?bytes=1000', '/big?bytes=1001', '/redirect'):
   -- urllib follows a redirect itself: to a host not allowed, which the proxy refuses
   T.contains(run.stdout, "/redirect HTTP 403")
   T.contains(run.stdout, "elsewhere.invalid is not in the run's network allow list")
+end
+
+tests["8 threads at once, each answered with the key; a slow upstream stops at its timeout"] = function()
+  local s = upstream()
+  local net = network(s)
+  net.allow["slow.example"] = {upstream = s.url, timeout = 1, headers = {Authorization = "Bearer ${" .. VAR .. "}"}}
+  local interp <close> = rlm.interpreter{network = net}
+  local _, run = interp:execute([[
+import json, threading, urllib.request, urllib.error
+got = {}
+def worker(i):
+    with urllib.request.urlopen('http://search.example/search?q=t%d' % i, timeout=60) as r:
+        got[i] = json.loads(r.read())['query']
+threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(sorted(got.values()))
+try:
+    urllib.request.urlopen('http://slow.example/slow?ms=8000', timeout=60)
+except urllib.error.HTTPError as e:
+    print('slow:', e.code, e.read().decode().strip())
+]])
+  T.eq(run.error, nil, run.traceback)
+  T.contains(run.stdout, "['t0', 't1', 't2', 't3', 't4', 't5', 't6', 't7']\n")
+  T.contains(run.stdout, "slow: 502 rlm: slow.example: ")
+  T.contains(run.stdout, "imed out")
+  T.truthy(run.duration < 7, "stopped at the host's timeout, not the upstream's answer: " .. run.duration)
+  T.eq(stats(s).keyed, 9)
 end
 
 tests["misuse is named: a missing variable, a bad host entry, an upstream that is no URL"] = function()
