@@ -178,7 +178,8 @@ function Proxy:prepare(args)
   local headers = {}
   for _, h in ipairs(type(args.headers) == "table" and args.headers or {}) do
     local name, value = tostring(h[1]), tostring(h[2])
-    if not HOP[name:lower()] and not e.drop[name:lower()] and not (name .. value):find("[\r\n]") then
+    if name:match("^[%w!#$%%&'*+%-.^_`|~]+$") and not HOP[name:lower()] and not e.drop[name:lower()]
+       and not value:find("[%c]") then
       headers[#headers + 1] = name .. ": " .. value
     end
   end

@@ -59,6 +59,10 @@ show('https', lambda: get('https://search.example/search?q=x'))
 show('direct', lambda: socket.create_connection(('127.0.0.1', %d), timeout=5))
 no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 show('unproxied', lambda: no_proxy.open('http://search.example/search?q=x', timeout=5).status)
+if os.path.exists('/usr/bin/curl'):
+    import subprocess
+    show('curl', lambda: subprocess.run(['curl', '-s', 'http://search.example/search?q=curl'],
+                                        capture_output=True, text=True, timeout=60).stdout[:40])
 print('env has key:', any('%s' in v for v in os.environ.values()))
 print('proxy env:', os.environ.get('HTTP_PROXY', '').startswith('http://127.0.0.1:'))
 ]]):format(port, KEY)
@@ -84,6 +88,9 @@ local function check_probe(out)
   T.contains(out, "env has key: False")
   T.contains(out, "proxy env: True")
   T.truthy(not out:find(KEY, 1, true), "the key is in no output")
+  if io.open("/usr/bin/curl") then
+    T.contains(out, 'curl: {"query": "curl", "results"', "a subprocess's client goes through it too")
+  end
 end
 
 -- Every file of the sandbox the code can write, and every process's environment there.
@@ -121,9 +128,11 @@ local function probe_interpreter(backend_opts)
   local _, grep = interp:execute(GREP)
   T.contains(grep.stdout, "files with key: []", "the key is in no sandbox file")
   local st = stats(s)
-  -- search, echo, echo headers: with the key; nothing else reached the upstream but this look
-  T.eq(st.keyed, 3, json.encode(st))
-  T.eq(st.requests, 4, json.encode(st))
+  -- search, echo, echo headers (and curl's): with the key; nothing else reached the upstream
+  -- but this look
+  local curl = io.open("/usr/bin/curl") and 1 or 0
+  T.eq(st.keyed, 3 + curl, json.encode(st))
+  T.eq(st.requests, 4 + curl, json.encode(st))
   -- what the backend was given: no network (local: --unshare-net; Daytona: network_block_all)
   T.eq(interp.opts.network, false)
 end
@@ -210,6 +219,7 @@ tests["8 threads at once, each answered with the key; a slow upstream stops at i
   local s = upstream()
   local net = network(s)
   net.allow["slow.example"] = {upstream = s.url, timeout = 1, headers = {Authorization = "Bearer ${" .. VAR .. "}"}}
+  net.allow["query.example"] = {upstream = s.url .. "/", query = {api_key = "${" .. VAR .. "}"}}
   local interp <close> = rlm.interpreter{network = net}
   local _, run = interp:execute([[
 import json, threading, urllib.request, urllib.error
@@ -225,13 +235,23 @@ try:
     urllib.request.urlopen('http://slow.example/slow?ms=8000', timeout=60)
 except urllib.error.HTTPError as e:
     print('slow:', e.code, e.read().decode().strip())
+print(urllib.request.urlopen('http://query.example/echo?x=1').read().decode())
 ]])
   T.eq(run.error, nil, run.traceback)
   T.contains(run.stdout, "['t0', 't1', 't2', 't3', 't4', 't5', 't6', 't7']\n")
   T.contains(run.stdout, "slow: 502 rlm: slow.example: ")
   T.contains(run.stdout, "imed out")
+  T.contains(run.stdout, '"query": {"x": "1", "api_key": "[redacted]"}', "a key in the query, added and redacted")
   T.truthy(run.duration < 7, "stopped at the host's timeout, not the upstream's answer: " .. run.duration)
-  T.eq(stats(s).keyed, 9)
+  T.eq(stats(s).keyed, 10)
+  -- a driver started again (state lost) has its proxy again
+  local _, lost = interp:execute("import os; os._exit(3)")
+  T.truthy(lost.state_lost)
+  local _, again = interp:execute([[
+import urllib.request
+print(urllib.request.urlopen('http://search.example/search?q=again').read().decode()[:18])
+]])
+  T.eq(again.stdout, '{"query": "again",\n')
 end
 
 tests["misuse is named: a missing variable, a bad host entry, an upstream that is no URL"] = function()

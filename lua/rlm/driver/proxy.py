@@ -7,7 +7,7 @@
 # here. The sandbox has no network of its own: this is its only way out.
 
 PROXY_MAX_HEAD = 64 << 10         # request line and headers
-PROXY_MAX_BODY = 16 << 20         # a request body the code sends
+PROXY_MAX_BODY = 16 << 20         # a request body the code sends, at most (proxy_max_body)
 PROXY_TIMEOUT = 120               # seconds a client may take to send its request
 # Headers of one connection, not of the request: never passed on, never sent back.
 HOP_HEADERS = frozenset(("connection", "keep-alive", "proxy-connection", "proxy-authorization",
@@ -45,7 +45,7 @@ class Proxy:
             conn.settimeout(PROXY_TIMEOUT)
             reader = conn.makefile("rb")
             try:
-                args = read_proxy_request(reader)
+                args = read_proxy_request(reader, proxy_max_body(self.session))
             except ProxyRefusal as e:
                 answer = (400, "Bad Request", [], f"rlm: {e}\n".encode())
             else:
@@ -67,7 +67,14 @@ class Proxy:
             return 502, "Bad Gateway", [], f"rlm: {e}\n".encode()
 
 
-def read_proxy_request(reader):
+def proxy_max_body(session):
+    """The largest request body the call can carry: the host reads lines up to a little more
+    than the SUBMIT cap (limits.submit), and base64 makes 3 bytes 4."""
+    submit = session.default_max_submit
+    return PROXY_MAX_BODY if submit is None else max(1024, min(PROXY_MAX_BODY, submit * 3 // 4))
+
+
+def read_proxy_request(reader, max_body):
     """The call's args from a request: method, url (as the client gave it, with Host for an
     origin-form target), headers ([name, value] pairs, in order) and body (base64 or None)."""
     line = reader.readline(PROXY_MAX_HEAD)
@@ -90,14 +97,14 @@ def read_proxy_request(reader):
     names = {n.lower(): v for n, v in headers}
     if target.startswith("/"):
         target = "http://" + names.get("host", "") + target
-    body = read_proxy_body(reader, names)
+    body = read_proxy_body(reader, names, max_body)
     import binascii
     return {"method": method, "url": target,
             "headers": [h for h in headers if h[0].lower() not in HOP_HEADERS],
             "body": None if body is None else binascii.b2a_base64(body, newline=False).decode()}
 
 
-def read_proxy_body(reader, names):
+def read_proxy_body(reader, names, max_body):
     if "chunked" in names.get("transfer-encoding", "").lower():
         body = bytearray()
         while True:
@@ -106,8 +113,8 @@ def read_proxy_body(reader, names):
                 while reader.readline(PROXY_MAX_HEAD) not in (b"\r\n", b"\n", b""):
                     pass   # trailers
                 return bytes(body)
-            if len(body) + size > PROXY_MAX_BODY:
-                raise ProxyRefusal(f"the request's body is over {PROXY_MAX_BODY >> 20} MB")
+            if len(body) + size > max_body:
+                raise ProxyRefusal(f"the request's body is over {max_body} bytes")
             body += reader.read(size)
             reader.readline(10)
     length = names.get("content-length")
@@ -115,8 +122,8 @@ def read_proxy_body(reader, names):
         return None
     if not length.isdigit():
         raise ProxyRefusal("Content-Length is not a number")
-    if int(length) > PROXY_MAX_BODY:
-        raise ProxyRefusal(f"the request's body is over {PROXY_MAX_BODY >> 20} MB")
+    if int(length) > max_body:
+        raise ProxyRefusal(f"the request's body is over {max_body} bytes")
     return reader.read(int(length))
 
 
