@@ -519,7 +519,22 @@ function Interp:http_handler(handler, args)
     return function() return nil, "the code has no network: the run gives no network allow list" end, args
   end
   args._proxy = self.netproxy
-  return handler or function(_, a) return (a._proxy:answer(a)) end, args
+  return handler or function(_, a) return self:call_http(a) end, args
+end
+
+-- Answers an "http" call when no handler does (a bare interpreter): each host's max_calls
+-- holds, there is no budget.
+function Interp:call_http(args)
+  local e = self.netproxy:entry_of(args)
+  if e and e.max_calls then
+    self.http_counts = self.http_counts or {}
+    local n = (self.http_counts[e.host] or 0) + 1
+    if n > e.max_calls then
+      return nil, ("max_calls: %s may be reached %d times"):format(e.host, e.max_calls)
+    end
+    self.http_counts[e.host] = n
+  end
+  return (self.netproxy:answer(args))
 end
 
 --- Answers a tool call when no handler does (a bare interpreter): each tool's max_calls hold,

@@ -26,7 +26,8 @@ local function upstream()
 end
 
 local function network(s, extra)
-  local allow = {["search.example"] = {upstream = s.url, headers = {Authorization = "Bearer ${" .. VAR .. "}"}}}
+  local allow = {["search.example"] = {upstream = s.url, price = 0.01,
+                                       headers = {Authorization = "Bearer ${" .. VAR .. "}"}}}
   for k, v in pairs(extra or {}) do allow[k] = v end
   return {allow = allow}
 end
@@ -189,6 +190,7 @@ SUBMIT(answer=found + echoed)
   T.eq(T.run_rlm({"trace", path, "--html", page}).code, 0)
   T.contains(assert(sys.read_file(page)), "GET http://search.example/echo")
   local by = res.usage.by_model["http:search.example"]
+  T.eq(by and by.cost, 0.02, "priced per request")
   T.eq(by and by.calls, 2, "counted per host")
   T.eq(stats(s).keyed, 2)
 end
@@ -252,6 +254,35 @@ import urllib.request
 print(urllib.request.urlopen('http://search.example/search?q=again').read().decode()[:18])
 ]])
   T.eq(again.stdout, '{"query": "again",\n')
+end
+
+tests["max_calls and max_cost refuse a request with the budget's message"] = function()
+  local s = upstream()
+  local net = network(s)
+  net.allow["search.example"].max_calls = 2
+  local code = [[
+import urllib.request, urllib.error
+for i in range(3):
+    try:
+        print(urllib.request.urlopen('http://search.example/search?q=%d' % i).status)
+    except urllib.error.HTTPError as e:
+        print(e.code, e.read().decode().strip())
+]]
+  local interp <close> = rlm.interpreter{network = net}
+  local _, run = interp:execute(code)
+  T.eq(run.stdout, "200\n200\n502 rlm: max_calls: search.example may be reached 2 times\n")
+  F.model{rules = {{match = "Task: priced", reply = F.code(code .. "SUBMIT(answer='x')")}}}
+  net.allow["search.example"].max_calls = nil
+  local dir = T.tmpdir()
+  local res = rlm.run{task = "priced", context = "x", network = net, max_iterations = 1,
+                      max_cost = 0.025, prices = {["openai/root-model"] = {input = 0, output = 0}},
+                      trace = dir .. "/t.jsonl"}
+  T.eq(res.reason, "submitted", tostring(res.detail))
+  local out
+  for _, r in ipairs(assert(trace.read(dir .. "/t.jsonl"))) do if r.type == "step" then out = r.output end end
+  T.contains(out, "200\n200\n502 rlm: max_cost: http:search.example costs $0.0100 a call")
+  T.eq(res.usage.by_model["http:search.example"].calls, 2)
+  T.eq(stats(s).keyed, 4)
 end
 
 tests["misuse is named: a missing variable, a bad host entry, an upstream that is no URL"] = function()
