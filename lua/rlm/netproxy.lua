@@ -233,6 +233,18 @@ function Proxy:answer(args)
          {host = e.host, status = res.status, bytes = #body}
 end
 
+--- The hosts as the system prompt lists them, in name order ("" without a proxy).
+function M.prompt_text(proxy)
+  if not proxy then return "" end
+  local names = {}
+  for host in pairs(proxy.hosts) do names[#names + 1] = host end
+  table.sort(names)
+  local out = {"Network: only these hosts, over plain http:// URLs (the REPL's HTTP_PROXY carries "
+    .. "them; the host adds any credentials and uses https); others are refused:"}
+  for _, host in ipairs(names) do out[#out + 1] = "- http://" .. host .. "/" end
+  return table.concat(out, "\n") .. "\n"
+end
+
 --- The code's URL as the trajectory keeps it (its own text: the keys are added later).
 function M.shown_url(args)
   local url = tostring(args.url or "")

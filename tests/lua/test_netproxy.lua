@@ -157,7 +157,7 @@ except urllib.error.HTTPError as e:
 print(found, echoed, refused)
 SUBMIT(answer=found + echoed)
 ]]
-  F.model{rules = {{match = "Task: keyed", reply = F.code(code)}}}
+  local model = F.model{rules = {{match = "Task: keyed", reply = F.code(code)}}}
   local dir = T.tmpdir()
   local path = dir .. "/t.jsonl"
   local events = {}
@@ -193,6 +193,10 @@ SUBMIT(answer=found + echoed)
   T.eq(by and by.cost, 0.02, "priced per request")
   T.eq(by and by.calls, 2, "counted per host")
   T.eq(stats(s).keyed, 2)
+  local system = F.stats(model).last_body.messages[1].content
+  T.contains(system, "Network: only these hosts, over plain http:// URLs")
+  T.contains(system, "\n- http://search.example/\n", "the prompt lists the allowed hosts")
+  T.truthy(not system:find(KEY, 1, true))
 end
 
 tests["an answer past max_bytes is refused, saying so; a redirect is handed back"] = function()
