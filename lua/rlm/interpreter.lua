@@ -534,7 +534,7 @@ function Interp:call_http(args)
     end
     self.http_counts[e.host] = n
   end
-  return (self.netproxy:answer(args))
+  return self.netproxy:answer(args)
 end
 
 --- Answers a tool call when no handler does (a bare interpreter): each tool's max_calls hold,

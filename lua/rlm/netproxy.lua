@@ -205,10 +205,10 @@ function Proxy:entry_of(args)
   return self:lookup(self:host_of(args))
 end
 
---- Answers an "http" call: {response} where response = {status, reason, headers ([name,
--- value] pairs), body (base64)}, always (a refusal is a response too), and what happened for
--- the trajectory: {host, status, bytes, refused = reason}.
-function Proxy:answer(args)
+--- Makes the request of an "http" call: {response} where response = {status, reason,
+-- headers ([name, value] pairs), body (base64)}, always (a refusal is a response too), and
+-- what happened for the trajectory: {host, status, bytes, refused = reason}.
+function Proxy:request(args)
   local req, e, reason, host = self:prepare(args)
   if not req then
     return {refusal(e, reason)}, {host = host or "?", status = e, refused = reason}
@@ -231,6 +231,11 @@ function Proxy:answer(args)
   local body = redact.text(res.body or "", self.keys)
   return {{status = res.status, headers = json.array(headers), body = base64.encode(body)}},
          {host = e.host, status = res.status, bytes = #body}
+end
+
+--- Answers an "http" call as an on_call handler does: {response}.
+function Proxy:answer(args)
+  return (self:request(args))
 end
 
 --- The hosts as the system prompt lists them, in name order ("" without a proxy).

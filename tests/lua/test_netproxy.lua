@@ -289,6 +289,19 @@ for i in range(3):
   T.eq(stats(s).keyed, 4)
 end
 
+tests["an on_call of one's own gets the http calls and may answer them with args._proxy"] = function()
+  local s = upstream()
+  local seen = {}
+  local interp <close> = rlm.interpreter{network = network(s), on_call = function(kind, args)
+    seen[#seen + 1] = kind .. " " .. tostring(args.url)
+    return args._proxy:answer(args)
+  end}
+  local _, run = interp:execute("import urllib.request\n"
+    .. "print(urllib.request.urlopen('http://search.example/search?q=own').status)")
+  T.eq(run.stdout, "200\n", run.error)
+  T.eq(table.concat(seen, ","), "http http://search.example/search?q=own")
+end
+
 tests["misuse is named: a missing variable, a bad host entry, an upstream that is no URL"] = function()
   T.raises(function() rlm.interpreter{network = {allow = {["a.example"] = {headers = {
     Authorization = "Bearer ${RLM_TEST_NOT_SET_ANYWHERE}"}}}}} end,

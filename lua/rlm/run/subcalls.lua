@@ -416,7 +416,7 @@ function Run:http_call(args)
     counts[label] = n
   end
   local started = sys.now()
-  local ok, results, info = pcall(proxy.answer, proxy, args)
+  local ok, results, info = pcall(proxy.request, proxy, args)
   if not ok then results, info = nil, {host = label:sub(6), refused = tostring(results)} end
   local reached = info.refused == nil
   if ticket then
