@@ -84,6 +84,10 @@ class TestProxy(DriverTest):
         self.assertIn("rlm: not an HTTP request line", ev["stdout"])
         ev = self.run_ok(RAW_CLIENT % b"POST http://a.example/ HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n")
         self.assertIn("rlm: the request's body is over", ev["stdout"])
+        ev = self.run_ok(RAW_CLIENT % b"POST http://a.example/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+        self.assertIn("400 Bad Request\r\n", ev["stdout"])
+        self.assertIn("rlm: a malformed chunked body", ev["stdout"])
+        self.assertEqual(ev["stderr"], "")
 
 
 if __name__ == "__main__":

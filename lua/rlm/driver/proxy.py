@@ -48,6 +48,8 @@ class Proxy:
                 args = read_proxy_request(reader, proxy_max_body(self.session))
             except ProxyRefusal as e:
                 answer = (400, "Bad Request", [], f"rlm: {e}\n".encode())
+            except ValueError:   # a chunk size that is not hexadecimal
+                answer = (400, "Bad Request", [], b"rlm: a malformed chunked body\n")
             else:
                 answer = self.ask_host(args)
             conn.sendall(response_bytes(*answer))
