@@ -51,14 +51,17 @@ end
 -- value with each ${VAR} replaced by the variable's value; the values put in go to used.
 local function fill(host, value, used)
   if type(value) ~= "string" then misuse(host, ": header and query values must be strings") end
-  return (value:gsub("%${([%a_][%w_]*)}", function(name)
+  local filled = value:gsub("%${([%a_][%w_]*)}", function(name)
     local v = sys.getenv(name)
     if v == nil or v == "" then
       misuse(host, (": %s is not set in the host's environment"):format(name))
     end
     used[#used + 1] = v
     return v
-  end))
+  end)
+  -- (the message names the setting, never the value: it may be a key)
+  if filled:find("%c") then misuse(host, ": a header or query value holds a control character") end
+  return filled
 end
 
 -- name -> value pairs of a configured table, filled, in name order (the same bytes each time).
@@ -213,11 +216,12 @@ function Proxy:request(args)
   if not req then
     return {refusal(e, reason)}, {host = host or "?", status = e, refused = reason}
   end
-  local res, err = http.request(req)
+  local made, res, err = pcall(http.request, req)
+  if not made then res, err = nil, {message = tostring(res)} end
   if not res then
     local why = err.kind == "too_large"
       and ("rlm: the answer from %s is over max_bytes (%d bytes)"):format(e.host, e.max_bytes)
-      or ("rlm: %s: %s"):format(e.host, redact.text(tostring(err), self.keys))
+      or ("rlm: %s: %s"):format(e.host, redact.text(tostring(err.message or err), self.keys))
     return {refusal(502, why)}, {host = e.host, status = 502, refused = why}
   end
   local names, headers = {}, {}

@@ -306,6 +306,14 @@ tests["misuse is named: a missing variable, a bad host entry, an upstream that i
   T.raises(function() rlm.interpreter{network = {allow = {["a.example"] = {headers = {
     Authorization = "Bearer ${RLM_TEST_NOT_SET_ANYWHERE}"}}}}} end,
     "network.allow[\"a.example\"]: RLM_TEST_NOT_SET_ANYWHERE is not set")
+  local old = sys.getenv("RLM_TEST_BROKEN_KEY")
+  sys.setenv("RLM_TEST_BROKEN_KEY", "sk-broken\r\nX-Evil: 1")
+  T.defer(function() sys.setenv("RLM_TEST_BROKEN_KEY", old) end)
+  local ok, err = pcall(rlm.interpreter, {network = {allow = {["a.example"] = {headers = {
+    Authorization = "Bearer ${RLM_TEST_BROKEN_KEY}"}}}}})
+  T.truthy(not ok)
+  T.contains(tostring(err), "holds a control character")
+  T.truthy(not tostring(err):find("sk-broken", 1, true), "the message never shows the value")
   T.raises(function() rlm.interpreter{network = {allow = {["a.example"] = "yes"}}} end,
     "network.allow[\"a.example\"] must be a table")
   T.raises(function() rlm.interpreter{network = {allow = {["a.example"] = {upstream = "ftp://x"}}}} end,
