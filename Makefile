@@ -23,7 +23,7 @@ BINDINGS := base64 daytona host http httpd json llm loop proc redact sandbox std
 # The sandbox's Python driver ships as one file, lua/rlm/driver.py, joined from its parts in this
 # order (the docstring, the protocol's reference, comes first); the parts are not embedded.
 DRIVER_PARTS := $(addprefix lua/rlm/driver/,protocol.py transports.py capture.py listing.py \
-  textfile.py cells.py session.py calls.py startup.py)
+  textfile.py cells.py session.py calls.py proxy.py startup.py)
 # Everything else under lua/ and skills/ ships inside the binary ($(sort): C byte order).
 EMBED    := $(sort lua/rlm/driver.py $(filter-out lua/rlm/driver/%,\
   $(shell find lua skills -type f ! -name '*~' ! -path '*/__pycache__/*' 2>/dev/null)))

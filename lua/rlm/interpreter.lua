@@ -137,7 +137,7 @@ local function start_queue(backend)
   return start_queues[backend]
 end
 local CALL_KINDS = {llm_query = true, llm_query_batched = true, rlm_query = true,
-                    rlm_query_batched = true, budget = true, tool = true,
+                    rlm_query_batched = true, budget = true, tool = true, http = true,
                     llm_query_batched_start = true, llm_query_batched_next = true}
 
 local Interp = {}
@@ -224,9 +224,14 @@ function M.new(opts)
   local backend = load_backend(merged.backend)
   validate(merged, backend)
   merged.limits = limits.resolve(merged.limits, 2)
+  -- An allow list (rlm.netproxy): the backend keeps the sandbox off the network, and the
+  -- driver's proxy is the code's only way out.
+  local netproxy = require("rlm.netproxy").new(merged.network)
+  if netproxy then merged.network = false end
   if backend.check then backend.check(merged) end
   merged.execute_timeout = merged.execute_timeout or merged.timeout
-  return setmetatable({opts = merged, backend = backend, on_call = merged.on_call}, Interp)
+  return setmetatable({opts = merged, backend = backend, on_call = merged.on_call,
+                       netproxy = netproxy}, Interp)
 end
 
 local function closed_error()
@@ -302,7 +307,12 @@ function Interp:launch(sb)
     else
       ev, err = nil, tostring(ev)
     end
-    if ev and ev.ev == "ready" then return end
+    if ev and ev.ev == "ready" then
+      if not self.netproxy then return end
+      ev, err = sb:request({op = "proxy"}, max(0.05, deadline - clock()))
+      if ev and ev.ev == "proxy" then return end
+      err = "its HTTP proxy did not start: " .. tostring(err or ev.message or json.encode(ev))
+    end
     sb:kill_driver()
     local busy = err and err:find(BUSY, 1, true)
     if not busy or clock() + pause >= deadline then
@@ -401,11 +411,13 @@ function Interp:answer(ev)
   if not handler and ev.kind == "tool" and self.tool_index then
     handler = function(_, args) return self:call_tool(args) end
   end
+  local args = type(ev.args) == "table" and ev.args or {}
+  if ev.kind == "http" then handler, args = self:http_handler(handler, args) end
   local results, err
   if not handler then
     err = NO_HANDLER
   else
-    local ok, r, e = pcall(handler, ev.kind, type(ev.args) == "table" and ev.args or {})
+    local ok, r, e = pcall(handler, ev.kind, args)
     async.check_interrupt()      -- an interrupt ends the execute; it never becomes the reply
     if not ok then
       err = "the host failed to answer " .. tostring(ev.kind) .. ": " .. tostring(r)
@@ -505,6 +517,31 @@ function Interp:define_tools()
   if not ok or run.error then
     error("could not define the tools in the sandbox: " .. tostring(ok and run.error or run), 0)
   end
+end
+
+-- Who answers an "http" call (the code's proxy, rlm.netproxy): the on_call handler, which
+-- finds the proxy as args._proxy (rlm.run's counts and records the call), or the proxy itself.
+function Interp:http_handler(handler, args)
+  if not self.netproxy then
+    return function() return nil, "the code has no network: the run gives no network allow list" end, args
+  end
+  args._proxy = self.netproxy
+  return handler or function(_, a) return self:call_http(a) end, args
+end
+
+-- Answers an "http" call when no handler does (a bare interpreter): each host's max_calls
+-- holds, there is no budget.
+function Interp:call_http(args)
+  local e = self.netproxy:entry_of(args)
+  if e and e.max_calls then
+    self.http_counts = self.http_counts or {}
+    local n = (self.http_counts[e.host] or 0) + 1
+    if n > e.max_calls then
+      return nil, ("max_calls: %s may be reached %d times"):format(e.host, e.max_calls)
+    end
+    self.http_counts[e.host] = n
+  end
+  return self.netproxy:answer(args)
 end
 
 --- Answers a tool call when no handler does (a bare interpreter): each tool's max_calls hold,

@@ -138,6 +138,11 @@ function Trace:run_span(run, runs, parent, t_start, t_end)
       local failed = type((c.replies or {})[1]) == "string" and c.replies[1]:find("^%[ERROR%]") ~= nil
       self:span("execute_tool " .. tostring(c.tool), under, t0, t1, {{"gen_ai.operation.name", "execute_tool"},
         {"gen_ai.tool.name", c.tool}, {"rlm.cost", item.cost}}, failed)
+    elseif c.kind == "http" then
+      -- the code's request through its proxy (rlm.netproxy): OpenTelemetry's HTTP client names
+      self:span(tostring(c.method), under, t0, t1, {{"http.request.method", c.method},
+        {"server.address", c.host}, {"http.response.status_code", c.status and int(c.status)},
+        {"error.type", c.refused and tostring(c.status or "refused")}}, c.refused ~= nil)
     elseif c.kind == "rlm_query" then
       local call = self:span("rlm_query", under, t0, t1, {{"rlm.child", c.child}, {"rlm.reason", c.reason}})
       if c.child and runs[c.child] then self:run_span(runs[c.child], runs, call, t0, t1) end

@@ -39,6 +39,7 @@ local NOT_HERE = {
   {"llm.complete{", "needs a provider's key and network"},
   {"issues-server.js", "a fragment: the reader's own tools (tests/lua/test_tools.lua runs them)"},
   {"api.search.example", "needs the reader's search API and key"},
+  {"api.search.brave.com", "needs a Brave Search key (tests/lua/test_netproxy.lua runs the same)"},
   {"server-github", "needs npx, the network and a GitHub token"},
   {"KB_TOKEN", "needs the reader's MCP server and its token (tests/lua/test_mcp_tools.lua runs one)"},
 }

@@ -17,6 +17,7 @@ usage: rlm ask "TASK" [--context FILE|-] [--model M] [--sub-model M] [--backend 
                       [--sub-models a,b] [--prices FILE.json] [--limit NAME=VALUE]...
                       [--context-window N] [--history full|compact] [--resume FILE.jsonl]
                       [--cache] [--events FILE|-] [--otel URL] [--tools FILE.lua]
+                      [--network FILE.lua]
                       [--venv DIR] [--reasoning-effort minimal|low|medium|high] [--quiet]
                       [--dry-run]
 
@@ -45,6 +46,9 @@ answers under $XDG_CACHE_HOME/rlm and sends no repeated sub-call.
 programs to follow; with `-` they go to stdout and the answer is only in the last one.
 --tools FILE.lua gives the code your tools: the file returns a table of Lua functions and MCP
 servers (docs/lua-api.md, Tools), each a Python function in the sandbox that runs here.
+--network FILE.lua lets the code reach the hosts the file allows, with your keys added here:
+the file returns {allow = {["api.example.com"] = {headers = {Authorization = "Bearer
+${API_KEY}"}}}} (docs/lua-api.md, Network); the key never enters the sandbox.
 --otel URL sends the run as one OpenTelemetry trace (OTLP/HTTP JSON) to the collector at URL
 (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT when set; none).
 Exit codes: 0 an answer (submitted, or extracted when the run stopped early: the reason goes
@@ -61,7 +65,17 @@ local SPEC = {context = "string", model = "string", sub_model = "string", backen
               execute_timeout = "number", llm_call_timeout = "number", sub_models = "list",
               prices = "string", context_window = "number", history = "string",
               resume = "string", cache = "flag", events = "string", otel = "string", tools = "string",
+              network = "string",
               venv = "string", reasoning_effort = "string", dry_run = "flag"}
+
+-- The table a --network file returns (see rlm.netproxy).
+local function load_network(path)
+  local chunk, err = loadfile(path, "t")
+  if not chunk then error("--network: " .. err, 0) end
+  local t = chunk()
+  if type(t) ~= "table" then error(("--network: %s must return {allow = {...}}"):format(path), 0) end
+  return t
+end
 
 -- Writes each record as one JSON line to path ("-": stdout), flushed at once.
 local function event_writer(path)
@@ -142,6 +156,7 @@ function M.main(argv)
     context_window = opts.context_window, history = opts.history, resume = opts.resume,
     cache = opts.cache or nil, events = opts.events and event_writer(opts.events), otel = opts.otel,
     tools = opts.tools and require("rlm.tools").load_file(opts.tools),
+    network = opts.network and load_network(opts.network),
     venv = opts.venv,
     reasoning_effort = opts.reasoning_effort,
     dry_run = opts.dry_run or nil,

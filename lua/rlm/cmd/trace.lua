@@ -222,6 +222,12 @@ local function render_subcall(out, s, runs)
     out[#out + 1] = "</details>"
     return
   end
+  if s.kind == "http" then
+    out[#out + 1] = ('<div class="sub">%s %s <span class="meta">%s, %s bytes, %.2fs</span>%s</div>')
+      :format(esc(s.method), esc(s.url), esc(s.status or "no answer"), s.bytes or 0, s.duration or 0,
+              s.refused and ("<pre>" .. esc(s.refused) .. "</pre>") or "")
+    return
+  end
   out[#out + 1] = ('<details class="sub"><summary>%s &times;%d <span class="meta">%s, depth %d, %d chars in, %d out, %.2fs</span></summary>')
     :format(esc(s.kind), s.count or 1, esc(s.model or ""), (s.depth or 0) + 1, s.prompt_chars or 0,
             s.reply_chars or 0, s.duration or 0)
@@ -360,6 +366,9 @@ local function show(r)
     return ("%sturn %d  %.2fs  %s in / %s out tokens  %d code blocks%s"):format(pad, r.turn,
       r.duration or 0, u.input_tokens or "?", u.output_tokens or "?", #(r.code or {}),
       cache ~= "" and "  " .. cache or "")
+  elseif r.type == "subcall" and r.kind == "http" then
+    return ("%s  http %s %s -> %s  %.2fs"):format(pad, tostring(r.method), tostring(r.url),
+      tostring(r.status or r.refused), r.duration or 0)
   elseif r.type == "subcall" then
     return ("%s  %s x%d  %.2fs"):format(pad, tostring(r.kind), r.count or 1, r.duration or 0)
   elseif r.type == "compaction" then

@@ -44,6 +44,9 @@ Requests, host -> driver
                                     and call number K (without "call": the oldest open call)
   {"op":"reset"}    -> {"ev":"reset"}    user globals, imports and buffers cleared
   {"op":"ping"}     -> {"ev":"pong"}     also answered while code waits for a reply
+  {"op":"proxy"}    -> {"ev":"proxy","port":P}   starts the code's HTTP proxy on 127.0.0.1:P
+                    (once; HTTP_PROXY and the like point at it): each request it receives
+                    becomes an "http" call, and the call's answer its response
   {"op":"shutdown"} -> {"ev":"bye"}, then exit 0.  EOF on stdin also exits 0.
 
 Events, driver -> host
@@ -67,6 +70,10 @@ Events, driver -> host
                          arrived since the last next (at least one; waits for it), until all have
       rlm_query          {"task","context"}   -> results: [text]
       rlm_query_batched  {"tasks","contexts"} -> results: one text per task, in order
+      tool               {"name","args"}      -> results: [the tool's JSON answer]
+      http               {"method","url","headers":[[name,value],...],"body":base64|null}
+                         -> results: [{"status","reason"?,"headers":[[name,value],...],
+                         "body":base64}]; an error is answered to the client as a 502
   {"ev":"error","message":"..."}               a request that cannot be served; the driver goes on
 
 Execute semantics

@@ -54,6 +54,7 @@ class Session:
         self.timer_end = None   # when the armed timer runs out (monotonic()), if it is
         self.block_running = False   # between the start and the end of the code of a block
         self.forked = False   # in a process the code forked (Session.in_forked_child)
+        self.proxy = None   # the code's HTTP proxy (start_proxy), when the host asked for it
         _signal.signal(_signal.SIGALRM, self.alarm_handler)
         _signal.signal(_signal.SIGINT, self.on_interrupt)
         posix.register_at_fork(after_in_child=self.in_forked_child)
@@ -154,6 +155,8 @@ class Session:
             line, payloads = self.execute(req)
         elif op == "reset":
             line = self.reset()
+        elif op == "proxy":
+            line = start_proxy(self)
         elif op == "reply":
             line = error_line("no code is waiting for a reply")
         else:

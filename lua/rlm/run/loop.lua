@@ -246,7 +246,8 @@ function Run:render_start()
     submit_signature = table.concat(self.outputs, "=..., ") .. "=...",
     max_iterations = self.max_iterations, max_llm_calls = self.budget.limits.max_llm_calls or "unlimited",
     max_output_chars = self.max_output_chars, sub_capacity = self.sub_capacity,
-    tools = require("rlm.tools").prompt_text(self.interp and self.interp:load_tools() or {}),
+    tools = require("rlm.tools").prompt_text(self.interp and self.interp:load_tools() or {})
+            .. require("rlm.netproxy").prompt_text(self.interp and self.interp.netproxy),
   }
   self.system = self:render("system", vars)
   self.first_message = self:render("first", vars)

@@ -396,6 +396,41 @@ function Run:tool_call(args)
   return {res}
 end
 
+-- A request of the code through its proxy (rlm.netproxy, args._proxy): a host's max_calls
+-- and price held for the whole tree, counted (by_model "http:HOST"), recorded like a sub-call,
+-- refusals too. The record has the code's URL and what came back, never a header.
+function Run:http_call(args)
+  local proxy = args._proxy
+  if not proxy then return nil, "the code has no network: the run gives no network allow list" end
+  local e, ticket = proxy:entry_of(args), nil
+  local label = "http:" .. (e and e.host or proxy:host_of(args))
+  if e then
+    local counts = self.tool_counts
+    local n = (counts[label] or 0) + 1
+    if e.max_calls and n > e.max_calls then
+      return nil, ("max_calls: %s may be reached %d times in this run"):format(e.host, e.max_calls)
+    end
+    local why
+    ticket, why = self.budget:reserve_cost(e.price or 0, label)
+    if not ticket then return nil, why end
+    counts[label] = n
+  end
+  local started = sys.now()
+  local ok, results, info = pcall(proxy.request, proxy, args)
+  if not ok then results, info = nil, {host = label:sub(6), refused = tostring(results)} end
+  local reached = info.refused == nil
+  if ticket then
+    self.budget:settle(ticket, label, reached and EMPTY or nil, reached and (e.price or 0) or 0)
+  end
+  async.check_interrupt()
+  self:record{type = "subcall", kind = "http", turn = self.turn, count = 1, model = label,
+              method = tostring(args.method), url = require("rlm.netproxy").shown_url(args),
+              host = info.host, status = info.status, bytes = info.bytes, refused = info.refused,
+              duration = sys.now() - started}
+  if not results then return nil, info.refused end
+  return results
+end
+
 function Run:answer_call(kind, args)
   for k, v in pairs(args) do
     if v == json.null then args[k] = nil end      -- Python's None
@@ -412,6 +447,8 @@ function Run:answer_call(kind, args)
     return self:rlm_query(args.task, args.context, args._at)
   elseif kind == "tool" then
     return self:tool_call(args)
+  elseif kind == "http" then
+    return self:http_call(args)
   elseif kind == "rlm_query_batched" then
     return self:rlm_query_batched(args.tasks, args.contexts, args._at)
   elseif kind == "budget" then
