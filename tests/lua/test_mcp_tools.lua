@@ -132,6 +132,38 @@ tests["an unreachable tool server is a one-line error, before any model call"] =
   T.eq(text(call("sandbox_exec_stateful", {code = "print(6 * 7)"})), "42\n")
 end
 
+-- Over HTTP a client could name any address the server can reach (an internal service, a
+-- cloud's metadata address): only the hosts the operator lists are reached.
+tests["over HTTP a client's tool server must be on a host the operator lists"] = function()
+  local standin, entry = http_standin()
+  local hits = 0
+  local counter = T.serve(function(req) hits = hits + 1; req:respond(404, {}, "") end)
+  -- `rlm mcp --http` reads RLM_MCP_TOOL_SERVERS when the server is built
+  local function over_http(hosts)
+    sys.setenv("RLM_MCP_TOOL_SERVERS", hosts)
+    local ok, call = pcall(session_of, {http = "0"})
+    sys.setenv("RLM_MCP_TOOL_SERVERS", nil)
+    return assert(ok and call, call)
+  end
+  local call = over_http(nil)
+  local res = call("sandbox_exec", {code = "print(1)", tool_servers = {{url = counter .. "/mcp"}}})
+  T.eq(res.isError, true)
+  T.contains(text(res), "RLM_MCP_TOOL_SERVERS")
+  T.contains(text(res), counter:match("//(.*)$"))
+  T.eq(hits, 0, "the refused server was never reached")
+  -- listed by host, by host:port, or *: the same call goes through
+  local port = standin.url:match(":(%d+)$")
+  for _, hosts in ipairs{"127.0.0.1", "localhost, 127.0.0.1:" .. port, "*"} do
+    call = over_http(hosts)
+    res = call("sandbox_exec", {code = "print(add(a=2, b=3))", tool_servers = {entry}})
+    T.eq(res.isError, nil, text(res))
+    T.contains(text(res), "5")
+  end
+  -- another port of a listed host:port is not listed
+  call = over_http("127.0.0.1:1")
+  T.eq(call("sandbox_exec", {code = "print(1)", tool_servers = {entry}}).isError, true)
+end
+
 -- A server that answers MCP, with tools/list and tools/call as given.
 local function fake_server(tools, call_body)
   return T.serve(function(req)

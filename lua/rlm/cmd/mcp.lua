@@ -46,7 +46,9 @@ The model and backend come from --model/--backend or RLM_MODEL/RLM_BACKEND, as f
 takes: Lua functions and MCP servers, docs/lua-api.md, Tools). A client may add its own with
 the tool_servers argument of the rlm_* tools, sandbox_exec and sandbox_exec_stateful: MCP
 servers it serves over Streamable HTTP ({url, headers}); stdio commands are refused, as a
-client must not start programs on this host. The server reaches those URLs from this host.
+client must not start programs on this host. The server reaches those URLs from this host:
+over --http only on the hosts listed in RLM_MCP_TOOL_SERVERS (comma separated HOST or
+HOST:PORT, or *), none by default, so that a client cannot reach what only this host can.
 
 A tool result is at most --max-result bytes of JSON (default 4 MiB over stdio, where the
 official SDKs refuse messages over 10 MiB and the session would end; 16 MiB over HTTP); a
@@ -140,6 +142,14 @@ function M.load_tools(path)
   return tools
 end
 
+--- The hosts an HTTP client may name in tool_servers (rlm.mcp.client_tools): those the
+-- operator lists in RLM_MCP_TOOL_SERVERS, none by default.
+function M.tool_server_hosts()
+  local hosts = {}
+  for _, name in ipairs(list_env("RLM_MCP_TOOL_SERVERS") or {}) do hosts[name:lower()] = true end
+  return hosts
+end
+
 --- The server with rlm's tools (and, in test mode, the conformance fixtures).
 function M.build(opts)
   local max_result = opts.max_result or MAX_RESULT[opts.http and "http" or "stdio"]
@@ -147,6 +157,7 @@ function M.build(opts)
                model = opts.model or sys.getenv("RLM_MODEL"),
                execute_timeout = opts.execute_timeout, max_result = max_result,
                tools = opts.tools and M.load_tools(opts.tools),
+               tool_server_hosts = opts.http and M.tool_server_hosts() or nil,
                -- a download part fits in a result: base64 grows it by 4/3, escapes by up to 6x
                -- for control bytes in text, so take a third to be safe
                part_bytes = math.max(1024, math.floor(max_result / 3))}

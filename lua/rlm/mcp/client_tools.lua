@@ -5,7 +5,12 @@
 -- on its host.
 --
 --   client_tools.SCHEMA                      the argument's JSON schema
---   client_tools.check(list) -> servers | nil, "one line saying what is wrong"
+--   client_tools.check(list, hosts) -> servers | nil, "one line saying what is wrong"
+--
+-- The server reaches those URLs from its own host and network. Over stdio its client is the
+-- user who started it; over HTTP a client may be anyone with the token, who must not use the
+-- server to reach addresses only it can (an internal service, a cloud's metadata address): there
+-- the operator lists the hosts clients may name (RLM_MCP_TOOL_SERVERS), and none by default.
 local json = require "rlm.json"
 
 local M = {}
@@ -73,13 +78,26 @@ local function check_one(i, s)
   return server
 end
 
+-- Whether url's host (HOST or HOST:PORT, as written) is one of hosts (a set; "*": any).
+local function host_allowed(url, hosts)
+  if not hosts or hosts["*"] then return true end
+  local authority = url:match("^https?://([^/?#]+)"):lower():gsub("^.*@", "")
+  return hosts[authority] or hosts[authority:gsub(":%d+$", "")] or false
+end
+
 --- The servers of a client's tool_servers argument (already checked against SCHEMA), as
--- rlm.tools takes them; nil, why for the first one that will not do.
-function M.check(list)
+-- rlm.tools takes them; nil, why for the first one that will not do. hosts: the set of hosts
+-- a client may name (nil: any).
+function M.check(list, hosts)
   if list == nil then return nil end
   local out = {}
   for i, s in ipairs(list) do
     local server, err = check_one(i, s)
+    if server and not host_allowed(server.url, hosts) then
+      server, err = nil, ("tool_servers[%d]: this server reaches no tool server a client names " ..
+        "at %s (its operator lists the hosts clients may name in RLM_MCP_TOOL_SERVERS)")
+        :format(i - 1, server.url:match("^https?://([^/?#]+)"))
+    end
     if not server then return nil, err end
     out[i] = server
   end

@@ -855,7 +855,7 @@ local function runner(server, def)
   end
   local keeps_sandbox = def.inputSchema.properties.workspace ~= nil
   return function(args, ctx)
-    local servers, refused = client_tools.check(args.tool_servers)
+    local servers, refused = client_tools.check(args.tool_servers, server.cfg.tool_server_hosts)
     if refused then return mcp.error_result(refused) end
     ctx.tool_servers = servers
     local handle, err
