@@ -243,6 +243,17 @@ function Proxy:answer(args)
 end
 
 --- The hosts as the system prompt lists them, in name order ("" without a proxy).
+--- The table a --network file returns ({allow = {...}}), checked as an interpreter would:
+-- a file that will not do raises in one line here, not in every run.
+function M.load_file(path)
+  local chunk, err = loadfile(path, "t")
+  if not chunk then error("--network: " .. err, 0) end
+  local t = chunk()
+  if type(t) ~= "table" then error(("--network: %s must return {allow = {...}}"):format(path), 0) end
+  M.new(t)
+  return t
+end
+
 function M.prompt_text(proxy)
   if not proxy then return "" end
   local names = {}

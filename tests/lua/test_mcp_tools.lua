@@ -164,6 +164,38 @@ tests["over HTTP a client's tool server must be on a host the operator lists"] =
   T.eq(call("sandbox_exec", {code = "print(1)", tool_servers = {entry}}).isError, true)
 end
 
+-- rlm mcp --network FILE.lua: every sandbox of the server reaches the file's hosts, the key
+-- added on the host and never shown to the client.
+tests["rlm mcp --network: the code reaches a listed host with the key added"] = function()
+  local key, var = "sk-mcp-net-0123456789abcdef", "RLM_TEST_MCP_NET_KEY"
+  local up = T.server{"tests/standins/keyed_api", "--key", key}
+  sys.setenv(var, key)
+  T.defer(function() sys.setenv(var, nil) end)
+  local file = T.tmpdir() .. "/net.lua"
+  assert(sys.write_file(file, ("return {allow = {['search.example'] = {upstream = %q, " ..
+    "headers = {Authorization = 'Bearer ${%s}'}}}}"):format(up.url, var)))
+  local call = session_of{network = file}
+  local code = [[
+import urllib.request, urllib.error
+print(urllib.request.urlopen('http://search.example/search?q=mcp', timeout=30).status)
+try:
+    urllib.request.urlopen('http://other.example/', timeout=30)
+except urllib.error.HTTPError as e:
+    print('other', e.code)
+]]
+  for _, tool in ipairs{"sandbox_exec", "sandbox_exec_stateful"} do
+    local res = call(tool, {code = code})
+    T.eq(res.isError, nil, text(res))
+    T.contains(text(res), "200\nother 403\n", tool)
+    T.eq(json.encode(res):find(key, 1, true), nil, "the key is not in the result")
+  end
+  -- a file that will not do stops the server at start, naming the setting
+  assert(sys.write_file(file, "return {allow = {['x.example'] = {headers = {A = '${RLM_UNSET_VAR_X}'}}}}"))
+  local ok, err = pcall(session_of, {network = file})
+  T.eq(ok, false)
+  T.contains(err, "RLM_UNSET_VAR_X")
+end
+
 -- A server that answers MCP, with tools/list and tools/call as given.
 local function fake_server(tools, call_body)
   return T.serve(function(req)

@@ -68,15 +68,6 @@ local SPEC = {context = "string", model = "string", sub_model = "string", backen
               network = "string",
               venv = "string", reasoning_effort = "string", dry_run = "flag"}
 
--- The table a --network file returns (see rlm.netproxy).
-local function load_network(path)
-  local chunk, err = loadfile(path, "t")
-  if not chunk then error("--network: " .. err, 0) end
-  local t = chunk()
-  if type(t) ~= "table" then error(("--network: %s must return {allow = {...}}"):format(path), 0) end
-  return t
-end
-
 -- Writes each record as one JSON line to path ("-": stdout), flushed at once.
 local function event_writer(path)
   local f = io.stdout
@@ -156,7 +147,7 @@ function M.main(argv)
     context_window = opts.context_window, history = opts.history, resume = opts.resume,
     cache = opts.cache or nil, events = opts.events and event_writer(opts.events), otel = opts.otel,
     tools = opts.tools and require("rlm.tools").load_file(opts.tools),
-    network = opts.network and load_network(opts.network),
+    network = opts.network and require("rlm.netproxy").load_file(opts.network),
     venv = opts.venv,
     reasoning_effort = opts.reasoning_effort,
     dry_run = opts.dry_run or nil,

@@ -10,6 +10,7 @@ M.help = [[
 usage: rlm mcp [--http [HOST:]PORT] [--backend local|daytona] [--model PROVIDER/NAME]
                [--execute-timeout S] [--max-result BYTES] [--max-sessions N]
                [--sandbox-idle S] [--max-connections N] [--tools FILE.lua]
+               [--network FILE.lua]
        rlm mcp deploy [--name N] ...    the server, always on, in a Daytona sandbox
                                         (`rlm mcp deploy --help`)
 
@@ -49,6 +50,9 @@ servers it serves over Streamable HTTP ({url, headers}); stdio commands are refu
 client must not start programs on this host. The server reaches those URLs from this host:
 over --http only on the hosts listed in RLM_MCP_TOOL_SERVERS (comma separated HOST or
 HOST:PORT, or *), none by default, so that a client cannot reach what only this host can.
+--network FILE.lua lets the code of every run and sandbox reach the hosts the file lists, with
+the keys it names added on this host (the file `rlm ask --network` takes: docs/lua-api.md,
+Network).
 
 A tool result is at most --max-result bytes of JSON (default 4 MiB over stdio, where the
 official SDKs refuse messages over 10 MiB and the session would end; 16 MiB over HTTP); a
@@ -68,7 +72,8 @@ calls. They are not part of rlm; never use them otherwise.]]
 
 local SPEC = {http = "string", backend = "string", model = "string", execute_timeout = "number",
               fixtures = "string", max_result = "number", max_sessions = "number",
-              sandbox_idle = "number", max_connections = "number", tools = "string"}
+              sandbox_idle = "number", max_connections = "number", tools = "string",
+              network = "string"}
 
 local MIB = 1024 * 1024
 -- What one tool result may carry by default: well under the official SDKs' 10 MiB message
@@ -157,6 +162,7 @@ function M.build(opts)
                model = opts.model or sys.getenv("RLM_MODEL"),
                execute_timeout = opts.execute_timeout, max_result = max_result,
                tools = opts.tools and M.load_tools(opts.tools),
+               network = opts.network and require("rlm.netproxy").load_file(opts.network),
                tool_server_hosts = opts.http and M.tool_server_hosts() or nil,
                -- a download part fits in a result: base64 grows it by 4/3, escapes by up to 6x
                -- for control bytes in text, so take a third to be safe

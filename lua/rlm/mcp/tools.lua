@@ -198,7 +198,8 @@ function Server:interpreter(lifetime, idle, servers)
   return require("rlm").interpreter{backend = backend, timeout = lifetime,
                                     execute_timeout = self.cfg.execute_timeout or M.CALL_TIMEOUT,
                                     idle_timeout = backend == "daytona" and idle or nil,
-                                    tools = user_tools.combine(self.cfg.tools, servers)}
+                                    tools = user_tools.combine(self.cfg.tools, servers),
+                                    network = self.cfg.network}
 end
 
 -- The session's sandbox and the client's tool servers: a new sandbox gets the servers of this
@@ -389,6 +390,7 @@ end
 function Server:run_loop(ctx, opts, stage)
   opts.model, opts.backend = self.cfg.model, self.cfg.backend
   opts.tools = user_tools.combine(self.cfg.tools, ctx.tool_servers)
+  opts.network = self.cfg.network
   local before = estimate(opts)
   -- The call's max_cost is shared by its runs (rlm_decompose makes several): each gets what is left.
   if ctx.max_cost then opts.max_cost = math.max(0, ctx.max_cost - (ctx.spent or 0)) end
