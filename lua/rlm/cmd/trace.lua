@@ -1,6 +1,6 @@
 --- `rlm trace FILE.jsonl --html OUT.html`: a self-contained page to follow a run step by step.
 -- Child runs (rlm_query) and sub-calls nest under the turn that made them, as <details>
--- elements, so everything is readable without a script; a small inline one adds a search box
+-- elements, and a run with children shows their lanes side by side (when each ran), so everything is readable without a script; a small inline one adds a search box
 -- (also from the address: page.html#q=TEXT) and keys (j/k between turns, o to open, / to search).
 -- No network: one file.
 local args = require "rlm.args"
@@ -18,9 +18,10 @@ usage: rlm trace FILE.jsonl [--html OUT.html | --follow | --serve [--port P]]
 Reads a trajectory written by `rlm ask --trace` or rlm.run{trace = ...} (or a log of the
 reference implementation, alexzhang13/rlm). Without options prints a line per turn, sub-call
 batch, compaction, budget warning and result; --html writes a self-contained page (totals, a
-timeline, turns that open on click, search, keys); --follow prints the lines as a running run
-appends them and stops at its result; --serve serves the page on 127.0.0.1 (printing its
-address), made again at each request and reloading itself until the run ends.]=]
+timeline, child runs side by side in lanes, turns that open on click, search, keys); --follow
+prints the lines as a running run appends them and stops at its result; --serve serves the page
+on 127.0.0.1 (printing its address), made again at each request and reloading itself until the
+run ends.]=]
 
 local function esc(s)
   s = tostring(s == nil and "" or s)
@@ -96,7 +97,8 @@ td{padding:.1em .8em .1em 0;vertical-align:top}.totals td:first-child{color:#666
 .s{color:#2a7a2a}.c{color:#888;font-style:italic}
 details.hit>summary{background:#fff3b0}#find{position:sticky;top:0;background:#fff;padding:.4em 0}
 #find input{width:24em;font:inherit}.bar{display:inline-block;height:.9em;background:#9bb7d4;
-margin-right:1px;vertical-align:middle}]]
+margin-right:1px;vertical-align:middle}.track{width:600px}.span{display:inline-block;height:.9em;
+vertical-align:middle;background:#9bb7d4}.span.d1{background:#a07be0}.span.d2,.span.d3{background:#c9b3f0}]]
 
 -- The search box and the keys; the time the page took to be ready goes in body[data-ready].
 local SCRIPT = [[
@@ -192,10 +194,15 @@ local function index(records)
     local run = runs[id]
     if not run then
       run = {id = r.run, depth = r.depth or 0, parent = r.parent, steps = {}, subcalls = {},
-             compactions = {}, warnings = {}}
+             compactions = {}, warnings = {}, children = {}}
       runs[id] = run
       order[#order + 1] = run
+      -- a child's first record comes after its parent's start: the parent is known by then
+      local parent = r.parent and runs[r.parent]
+      if parent then parent.children[#parent.children + 1] = run end
     end
+    -- when the run was last heard of: the end of its lane when it has no result
+    if type(r.t) == "number" then run.last_t = math.max(run.last_t or r.t, r.t) end
     if r.type == "start" then run.start = r
     elseif r.type == "step" then run.steps[#run.steps + 1] = r
     elseif r.type == "subcall" then
@@ -213,6 +220,67 @@ local function index(records)
 end
 
 local render_run
+
+-- The runs of root's tree, depth first (each child after its parent, in the file's order).
+local function tree(root, list)
+  list = list or {}
+  list[#list + 1] = root
+  for _, child in ipairs(root.children) do tree(child, list) end
+  return list
+end
+
+-- The most of `spans` ({from, to} each) that are under way at one moment.
+local function most_at_once(spans)
+  local edges = {}
+  for _, s in ipairs(spans) do
+    edges[#edges + 1] = {s[1], 1}
+    edges[#edges + 1] = {s[2], -1}
+  end
+  -- at one instant an end goes before a start: runs that only touch are not at once
+  table.sort(edges, function(a, b)
+    if a[1] ~= b[1] then return a[1] < b[1] end
+    return a[2] < b[2]
+  end)
+  local now, most = 0, 0
+  for _, e in ipairs(edges) do
+    now = now + e[2]
+    most = math.max(most, now)
+  end
+  return most
+end
+
+local LANE_PX = 600    -- the width of the whole run in a lane, as the turns' timeline
+
+-- Runs side by side: a lane per run of the tree (the root's first), its bar placed where the
+-- run started and as long as it ran, counted from the root's start. Children that ran at once
+-- (rlm_query_batched, calls from threads) show as bars one above the other. Nothing for a run
+-- without children, or records without times (written by hand, the reference's logs).
+local function render_lanes(out, root)
+  local runs = tree(root)
+  if #runs < 2 or not (root.start and root.start.t) then return end
+  local t0, lanes, spans, last = root.start.t, {}, {}, root.start.t
+  for _, run in ipairs(runs) do
+    local from = run.start and run.start.t
+    local to = run.final and run.final.t or run.last_t
+    if from and to then
+      lanes[#lanes + 1] = {run = run, from = from - t0, to = to - t0}
+      if run ~= root then spans[#spans + 1] = {from, to} end
+      last = math.max(last, to)
+    end
+  end
+  local whole = math.max(last - t0, 1e-9)
+  out[#out + 1] = ('<details class="lanes" open><summary>runs side by side <span class="meta">%d child runs, at most %d at once</span></summary><table class="lanes">')
+    :format(#spans, most_at_once(spans))
+  for _, lane in ipairs(lanes) do
+    local run = lane.run
+    local left = math.floor(lane.from / whole * LANE_PX)
+    local width = math.max(2, math.floor((lane.to - lane.from) / whole * LANE_PX))
+    out[#out + 1] = ('<tr class="lane" data-run="%s"><td style="padding-left:%dem">%s %s</td><td class="track"><span class="span d%d" style="margin-left:%dpx;width:%dpx" title="%s"></span></td><td class="meta">%.2f s to %.2f s</td></tr>')
+      :format(esc(run.id), run.depth, run == root and "root" or "child", esc(run.id), math.min(run.depth, 3),
+              left, width, esc(run.final and run.final.reason or "(no result)"), lane.from, lane.to)
+  end
+  out[#out + 1] = "</table></details>"
+end
 
 local function render_subcall(out, s, runs)
   if s.kind == "rlm_query" and s.child and runs[s.child] then
@@ -243,7 +311,10 @@ end
 
 function render_run(out, run, runs)
   local st = run.start or {}
-  if run.depth == 0 then render_totals(out, run) end
+  if run.depth == 0 then
+    render_totals(out, run)
+    render_lanes(out, run)
+  end
   out[#out + 1] = ("<table><tr><td>model</td><td>%s (sub-calls: %s)</td></tr></table>")
     :format(esc(st.model), esc(st.sub_model))
   for _, step in ipairs(run.steps) do
