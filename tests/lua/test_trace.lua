@@ -280,6 +280,42 @@ tests["rlm trace opens the reference implementation's logs"] = function()
   T.contains(dom, "42")
 end
 
+tests["rlm trace prints each of two children that ran at once as one block, in its parent's turn"] =
+function()
+  -- the records of two children side by side come interleaved, as a live run writes them
+  local dir = T.tmpdir()
+  local w = trace.writer(dir .. "/two.jsonl")
+  local function child(id, rec)
+    rec.run, rec.depth, rec.parent = id, 1, "root"
+    w:write(rec)
+  end
+  w:write{type = "start", run = "root", depth = 0, task = "t", t = 100}
+  child("a", {type = "start", task = "A", t = 100.5})
+  child("b", {type = "start", task = "B", t = 100.75})
+  child("a", {type = "subcall", turn = 1, kind = "llm_query", count = 3, duration = 0.25})
+  child("b", {type = "subcall", turn = 1, kind = "llm_query", count = 5, duration = 0.5})
+  child("a", {type = "step", turn = 1, duration = 1, code = {}})
+  child("b", {type = "step", turn = 1, duration = 1, code = {}})
+  child("b", {type = "final", reason = "submitted", t = 102})
+  child("a", {type = "final", reason = "submitted", t = 102.5})
+  w:write{type = "step", run = "root", depth = 0, turn = 1, duration = 3, code = {}}
+  w:write{type = "final", run = "root", depth = 0, reason = "submitted"}
+  w:close()
+  local r = T.run_rlm{"trace", dir .. "/two.jsonl"}
+  T.eq(r.code, 0, r.stderr)
+  T.eq(r.stdout, table.concat({
+    "turn 1  3.00s  ? in / ? out tokens  0 code blocks",
+    "  child b  from 0.75 s to 2.00 s",
+    "  turn 1  1.00s  ? in / ? out tokens  0 code blocks",
+    "    llm_query x5  0.50s",
+    "  result: submitted",
+    "  child a  from 0.50 s to 2.50 s",
+    "  turn 1  1.00s  ? in / ? out tokens  0 code blocks",
+    "    llm_query x3  0.25s",
+    "  result: submitted",
+    "result: submitted", ""}, "\n"))
+end
+
 tests["rlm trace --follow prints a running run's records and stops at its result"] = function()
   local dir = T.tmpdir()
   local path = dir .. "/live.jsonl"

@@ -446,51 +446,89 @@ end
 
 -- The text view in the order of the run, not of the file: a turn's sub-calls, compaction and
 -- child runs are written before the turn's own record (which waits for its code to end), so
--- they wait here for it and print under it. Returns add(record), which prints what can be
--- printed, and finish(), which prints what still waits (a run cut short).
+-- they wait here for it and print under it. A child's lines are kept until its result and go
+-- under its parent's turn as one block, headed by when it ran: children that ran at once
+-- (rlm_query_batched, threads) write their records interleaved, and are not mixed. Returns
+-- add(record), which prints what can be printed, and finish(), which prints what still waits
+-- (a run cut short).
+local function is_child(r)
+  return r.parent ~= nil and (r.depth or 0) > 0
+end
+
 local function text_view()
-  local pending, last_turn = {}, {}   -- by depth: lines waiting for a step, the last step's turn
-  local function place(lines, depth)  -- lines belonging to depth: under the parent's turn
-    if depth <= 0 then
-      for _, line in ipairs(lines) do print(line) end
-      io.stdout:flush()
-      return
-    end
-    local up = pending[depth - 1] or {}
-    pending[depth - 1] = up
-    table.move(lines, 1, #lines, #up + 1, up)
-  end
-  local function take(depth)
-    local lines = pending[depth] or {}
-    pending[depth] = nil
+  -- by run: lines waiting for its next step, a child's block so far, its last step's turn, its
+  -- start record (else its first), whether it ended; and the runs in the order first seen
+  local pending, block, last_turn, starts, ended, order = {}, {}, {}, {}, {}, {}
+  local root_t
+  local function take(map, id)
+    local lines = map[id] or {}
+    map[id] = nil
     return lines
   end
+  local function add_to(map, id, lines)
+    local to = map[id] or {}
+    map[id] = to
+    table.move(lines, 1, #lines, #to + 1, to)
+  end
+  -- lines of run r that are done: a root's are printed, a child's join its block
+  local function place(lines, r)
+    if is_child(r) then return add_to(block, r.run, lines) end
+    for _, line in ipairs(lines) do print(line) end
+    io.stdout:flush()
+  end
+  -- a child's block, headed by when it ran, waits for its parent's turn
+  local function close_block(id, r)
+    local lines = take(block, id)
+    local st = starts[id]
+    local from, to = st.type == "start" and st.t, r and r.t
+    local when = from and to and root_t and
+      ("  from %.2f s to %.2f s"):format(from - root_t, to - root_t) or ""
+    table.insert(lines, 1, ("%schild %s%s"):format(string.rep("  ", st.depth or 1), tostring(id),
+                                                   when))
+    local parent = st.parent
+    if parent and starts[parent] then return add_to(pending, parent, lines) end
+    for _, line in ipairs(lines) do print(line) end
+  end
   local function add(r)
+    local id = r.run or ""
+    if not starts[id] then order[#order + 1] = id end
+    if r.type == "start" and (not starts[id] or starts[id].type ~= "start") then
+      starts[id] = r
+      if not is_child(r) then root_t = root_t or r.t end
+    end
+    starts[id] = starts[id] or r
     local text = show(r)
     if not text then return end
-    local depth = r.depth or 0
     if r.type == "step" then
-      last_turn[depth] = r.turn
-      local lines = take(depth)
+      last_turn[id] = r.turn
+      local lines = take(pending, id)
       table.insert(lines, 1, text)
-      place(lines, depth)
+      place(lines, r)
     elseif r.type == "final" then
-      last_turn[depth] = nil          -- another run may follow at this depth
-      local lines = take(depth)
+      last_turn[id] = nil             -- another run may follow with the same id
+      local lines = take(pending, id)
       lines[#lines + 1] = text
-      place(lines, depth)
-    elseif last_turn[depth] and r.turn and r.turn <= last_turn[depth] then
-      place({text}, depth)            -- after its turn's record (a budget warning)
+      place(lines, r)
+      if is_child(r) then close_block(id, r) end
+      ended[id] = true
+    elseif last_turn[id] and r.turn and r.turn <= last_turn[id] then
+      place({text}, r)                -- after its turn's record (a budget warning)
     else
-      local lines = pending[depth] or {}
-      pending[depth] = lines
-      lines[#lines + 1] = text
+      add_to(pending, id, {text})
     end
   end
   local function finish()
-    local deepest = -1
-    for d in pairs(pending) do deepest = math.max(deepest, d) end
-    for d = deepest, 0, -1 do place(take(d), d) end
+    for i = #order, 1, -1 do          -- children before their parents
+      local id = order[i]
+      local st = starts[id]
+      local lines = take(pending, id)
+      if not is_child(st) then
+        place(lines, st)
+      elseif not ended[id] then
+        add_to(block, id, lines)
+        close_block(id, nil)
+      end
+    end
   end
   return add, finish
 end
