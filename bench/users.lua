@@ -1,8 +1,8 @@
 --- What users feel, each beside its alternative or floor in the same run: an end-to-end run with
 -- realistic model latency beside the model's own time; 1,000 sub-calls from sandbox code beside
--- a Python thread pool; a batch against a provider's 429s beside one capped from the start; 50
--- sandboxes at once beside 50 bare bwrap + python3 processes; MCP calls per second from 50
--- clients beside the protocol alone. bench/context.lua holds the long --context figures.
+-- a Python thread pool; a batch against a provider's 429s beside one capped from the start; 8
+-- children of rlm_query_batched beside the model's time; 50 sandboxes at once beside 50 bare
+-- bwrap + python3 processes; MCP calls per second from 50 clients beside the protocol alone. bench/context.lua holds the long --context figures.
 local T = require "support"
 local F = require "rlm_fixtures"
 local async = require "rlm.async"
@@ -120,6 +120,32 @@ do
   print(("429s        200 calls x 300 ms at width 64, the provider refusing past 16: %.2f s with "
          .. "%d 429s; capped at 16 from the start: %.2f s (%.2fx); %d calls failed  (medians of 3)")
     :format(median(wide), median(throttled), median(capped), median(wide) / median(capped), failed))
+  T.cleanup()
+end
+
+-- 2c. Children side by side: a root turn calls rlm_query_batched with 8 tasks; each child's model
+-- answers its one turn in 1.5 s with code that SUBMITs, so each child also starts its own
+-- sandbox. The floor is the model's time: 1.5 s x 1 turn.
+do
+  local CHILD_SECONDS = 1.5
+  local server = F.model{rules = {
+    {match = "Task: CHILD (\\d+)", latency_ms = CHILD_SECONDS * 1000,
+     reply_expr = "'```repl\\nSUBMIT(answer=\"child ' + m.group(1) + '\")\\n```'"},
+    {match = "Task: parent", reply = F.code(
+      "import time\nt = time.time()\nr = rlm_query_batched(['CHILD %d' % i for i in range(8)])\n"
+      .. "SUBMIT(answer=sum(a.startswith('child ') for a in r), seconds=time.time() - t)")},
+  }}
+  local walls, widths = {}, {}
+  for _ = 1, 3 do
+    require("rlm.http").request{url = server.url .. "/_reset", method = "POST"}
+    local res = rlm.run{task = "parent", context = "x", max_depth = 2,
+                        outputs = {"answer", "seconds"}}
+    assert(res.answer == 8, res.reason)
+    walls[#walls + 1], widths[#widths + 1] = res.seconds, F.stats(server).max_in_flight
+  end
+  print(("children    8 rlm_query_batched children, one turn of %.1f s each: %.2f s; the floor "
+         .. "%.1f s x 1 turn (%.2fx); the model saw %d at once  (medians of 3)"):format(
+    CHILD_SECONDS, median(walls), CHILD_SECONDS, median(walls) / CHILD_SECONDS, median(widths)))
   T.cleanup()
 end
 

@@ -457,8 +457,15 @@ static int wait_once(loop *lp, int timeout_ms)
 int loop_poll(loop *lp, double timeout_ms)
 {
     run_ready_work(lp);
-    if (lp->nready > 0)
+    /* Ops ready already: no wait, but a look at the descriptors all the same. Otherwise tasks
+     * that keep each other ready (a timer due now, the next sandbox's start) hold back a
+     * socket that is ready too: a request waiting to go out, an answer waiting to be read. */
+    if (lp->nready > 0) {
+        if (wait_once(lp, 0))
+            return -1;
+        run_ready_work(lp);
         return 0;
+    }
     double wait = timeout_ms < 0 ? 0 : timeout_ms;
     double next = next_timer_ms(lp);
     if (next >= 0) {

@@ -51,7 +51,8 @@ lua_Integer loop_new_id(loop *lp);
 void loop_ready(loop *lp, lua_Integer id);
 
 /* Runs what is due, then waits up to timeout_ms (less when a timer is due sooner) unless
- * some op is ready already; -1 when out of memory. */
+ * some op is ready already, when it only takes what the descriptors have without waiting; -1
+ * when out of memory. */
 int loop_poll(loop *lp, double timeout_ms);
 /* The op ids marked ready since the last take; valid until the next loop call. */
 const lua_Integer *loop_take_ready(loop *lp, size_t *n);

@@ -78,6 +78,29 @@ START_TEST(watched_descriptors_wake_the_poll)
 }
 END_TEST
 
+/* A poll that finds ops ready already still takes what the descriptors have, without waiting:
+ * tasks that keep becoming ready (a timer due now, a task handing over to another) must not
+ * hold back a socket that is ready (a request to send, an answer to read). */
+START_TEST(ready_ops_do_not_hold_back_ready_descriptors)
+{
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    loop *lp = loop_get(L);
+    ck_assert_int_eq(loop_watch(lp, p[0], POLLIN, on_readable, lp), 0);
+    ck_assert_int_eq(write(p[1], "x", 1), 1);
+    fired = 0;
+    run_lua(L, "local loop = require 'rlm.core.loop'\n"
+               "local op = loop.new_id()\n"
+               "loop.ready(op)\n"
+               "local got = loop.poll(2)\n"
+               "assert(#got == 2 and got[1] == op and got[2] == 99, 'the descriptor waited')");
+    ck_assert_int_eq(fired, 1);
+    loop_unwatch(lp, p[0]);
+    close(p[0]);
+    close(p[1]);
+}
+END_TEST
+
 Suite *make_loop_suite(void)
 {
     Suite *s = suite_create("loop");
@@ -86,6 +109,7 @@ Suite *make_loop_suite(void)
     tcase_add_test(tc, timers_fire_in_order_and_cancel);
     tcase_add_test(tc, ready_ids_come_back_from_poll);
     tcase_add_test(tc, watched_descriptors_wake_the_poll);
+    tcase_add_test(tc, ready_ops_do_not_hold_back_ready_descriptors);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -50,6 +50,7 @@ local RECORDS = {
 local EXPECTED = table.concat({
   "turn 1  3.00s  10 in / 20 out tokens  1 code blocks",
   "  llm_query_batched x3  0.50s",
+  "  child r1",
   "  turn 1  1.00s  5 in / 6 out tokens  1 code blocks",
   "    llm_query x1  0.25s",
   "  result: submitted",

@@ -183,6 +183,45 @@ tests["rlm trace --html renders every step, sub-calls and child runs in a real b
   T.contains(dom, "sent back to the model")
 end
 
+tests["the page shows children that ran at once side by side, each lane with its start and end"] =
+function()
+  -- together = 8: each child's model call is held until all eight are in flight, so the eight
+  -- children provably ran at once; each runs its answer as code, in a sandbox of its own.
+  local server = F.model({rules = {
+    {match = "Task: CHILD (\\d+)", together = 8,
+     reply_expr = "'```repl\\nSUBMIT(answer=\"child ' + m.group(1) + '\")\\n```'"},
+    {match = "Task: parent", reply = F.code(
+      "SUBMIT(answer='|'.join(rlm_query_batched(['CHILD %d' % i for i in range(8)])))")},
+  }})
+  local dir = T.tmpdir()
+  local res = rlm.run{task = "parent", context = "ctx", trace = dir .. "/t.jsonl", max_depth = 2}
+  T.eq(res.answer, "child 0|child 1|child 2|child 3|child 4|child 5|child 6|child 7")
+  T.eq(F.stats(server).max_in_flight, 8, "the model saw the eight children at once")
+  local records = assert(trace.read(dir .. "/t.jsonl"))
+  local root, starts, ends = nil, {}, {}
+  for _, r in ipairs(records) do
+    if r.type == "start" and r.depth == 0 then root = r end
+    if r.depth == 1 and r.type == "start" then starts[r.run] = r.t end
+    if r.depth == 1 and r.type == "final" then ends[r.run] = r.t end
+  end
+  local r = T.run_rlm{"trace", dir .. "/t.jsonl", "--html", dir .. "/t.html"}
+  T.eq(r.code, 0, r.stderr)
+  local dom, errors = browse(dir .. "/t.html")
+  T.eq(errors, {}, "console errors")
+  T.contains(dom, "8 child runs, at most 8 at once")
+  local lanes = 0
+  for id in pairs(starts) do
+    lanes = lanes + 1
+    -- each child's lane: its id, and when it started and ended, counted from the root's start
+    local row = dom:match('<tr class="lane" data%-run="' .. id:gsub("%-", "%%-") .. '".-</tr>')
+    T.truthy(row, "no lane for child " .. id)
+    T.contains(row, ("%.2f s to %.2f s"):format(starts[id] - root.t, ends[id] - root.t))
+  end
+  T.eq(lanes, 8, "eight children in the trajectory")
+  local _, shown = dom:gsub('<tr class="lane"', "")
+  T.eq(shown, 9, "the root's lane and one per child, no more")
+end
+
 tests["a 200-turn page with megabytes of output gets ready, and search finds a turn"] =
 function()
   local dir = T.tmpdir()
@@ -239,6 +278,42 @@ tests["rlm trace opens the reference implementation's logs"] = function()
   T.contains(dom, "gpt-5")
   T.contains(dom, "a summary")
   T.contains(dom, "42")
+end
+
+tests["rlm trace prints each of two children that ran at once as one block, in its parent's turn"] =
+function()
+  -- the records of two children side by side come interleaved, as a live run writes them
+  local dir = T.tmpdir()
+  local w = trace.writer(dir .. "/two.jsonl")
+  local function child(id, rec)
+    rec.run, rec.depth, rec.parent = id, 1, "root"
+    w:write(rec)
+  end
+  w:write{type = "start", run = "root", depth = 0, task = "t", t = 100}
+  child("a", {type = "start", task = "A", t = 100.5})
+  child("b", {type = "start", task = "B", t = 100.75})
+  child("a", {type = "subcall", turn = 1, kind = "llm_query", count = 3, duration = 0.25})
+  child("b", {type = "subcall", turn = 1, kind = "llm_query", count = 5, duration = 0.5})
+  child("a", {type = "step", turn = 1, duration = 1, code = {}})
+  child("b", {type = "step", turn = 1, duration = 1, code = {}})
+  child("b", {type = "final", reason = "submitted", t = 102})
+  child("a", {type = "final", reason = "submitted", t = 102.5})
+  w:write{type = "step", run = "root", depth = 0, turn = 1, duration = 3, code = {}}
+  w:write{type = "final", run = "root", depth = 0, reason = "submitted"}
+  w:close()
+  local r = T.run_rlm{"trace", dir .. "/two.jsonl"}
+  T.eq(r.code, 0, r.stderr)
+  T.eq(r.stdout, table.concat({
+    "turn 1  3.00s  ? in / ? out tokens  0 code blocks",
+    "  child b  from 0.75 s to 2.00 s",
+    "  turn 1  1.00s  ? in / ? out tokens  0 code blocks",
+    "    llm_query x5  0.50s",
+    "  result: submitted",
+    "  child a  from 0.50 s to 2.50 s",
+    "  turn 1  1.00s  ? in / ? out tokens  0 code blocks",
+    "    llm_query x3  0.25s",
+    "  result: submitted",
+    "result: submitted", ""}, "\n"))
 end
 
 tests["rlm trace --follow prints a running run's records and stops at its result"] = function()

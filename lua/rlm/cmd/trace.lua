@@ -1,6 +1,6 @@
 --- `rlm trace FILE.jsonl --html OUT.html`: a self-contained page to follow a run step by step.
 -- Child runs (rlm_query) and sub-calls nest under the turn that made them, as <details>
--- elements, so everything is readable without a script; a small inline one adds a search box
+-- elements, and a run with children shows their lanes side by side (when each ran), so everything is readable without a script; a small inline one adds a search box
 -- (also from the address: page.html#q=TEXT) and keys (j/k between turns, o to open, / to search).
 -- No network: one file.
 local args = require "rlm.args"
@@ -18,9 +18,10 @@ usage: rlm trace FILE.jsonl [--html OUT.html | --follow | --serve [--port P]]
 Reads a trajectory written by `rlm ask --trace` or rlm.run{trace = ...} (or a log of the
 reference implementation, alexzhang13/rlm). Without options prints a line per turn, sub-call
 batch, compaction, budget warning and result; --html writes a self-contained page (totals, a
-timeline, turns that open on click, search, keys); --follow prints the lines as a running run
-appends them and stops at its result; --serve serves the page on 127.0.0.1 (printing its
-address), made again at each request and reloading itself until the run ends.]=]
+timeline, child runs side by side in lanes, turns that open on click, search, keys); --follow
+prints the lines as a running run appends them and stops at its result; --serve serves the page
+on 127.0.0.1 (printing its address), made again at each request and reloading itself until the
+run ends.]=]
 
 local function esc(s)
   s = tostring(s == nil and "" or s)
@@ -96,7 +97,8 @@ td{padding:.1em .8em .1em 0;vertical-align:top}.totals td:first-child{color:#666
 .s{color:#2a7a2a}.c{color:#888;font-style:italic}
 details.hit>summary{background:#fff3b0}#find{position:sticky;top:0;background:#fff;padding:.4em 0}
 #find input{width:24em;font:inherit}.bar{display:inline-block;height:.9em;background:#9bb7d4;
-margin-right:1px;vertical-align:middle}]]
+margin-right:1px;vertical-align:middle}.track{width:600px}.span{display:inline-block;height:.9em;
+vertical-align:middle;background:#9bb7d4}.span.d1{background:#a07be0}.span.d2,.span.d3{background:#c9b3f0}]]
 
 -- The search box and the keys; the time the page took to be ready goes in body[data-ready].
 local SCRIPT = [[
@@ -192,10 +194,15 @@ local function index(records)
     local run = runs[id]
     if not run then
       run = {id = r.run, depth = r.depth or 0, parent = r.parent, steps = {}, subcalls = {},
-             compactions = {}, warnings = {}}
+             compactions = {}, warnings = {}, children = {}}
       runs[id] = run
       order[#order + 1] = run
+      -- a child's first record comes after its parent's start: the parent is known by then
+      local parent = r.parent and runs[r.parent]
+      if parent then parent.children[#parent.children + 1] = run end
     end
+    -- when the run was last heard of: the end of its lane when it has no result
+    if type(r.t) == "number" then run.last_t = math.max(run.last_t or r.t, r.t) end
     if r.type == "start" then run.start = r
     elseif r.type == "step" then run.steps[#run.steps + 1] = r
     elseif r.type == "subcall" then
@@ -213,6 +220,67 @@ local function index(records)
 end
 
 local render_run
+
+-- The runs of root's tree, depth first (each child after its parent, in the file's order).
+local function tree(root, list)
+  list = list or {}
+  list[#list + 1] = root
+  for _, child in ipairs(root.children) do tree(child, list) end
+  return list
+end
+
+-- The most of `spans` ({from, to} each) that are under way at one moment.
+local function most_at_once(spans)
+  local edges = {}
+  for _, s in ipairs(spans) do
+    edges[#edges + 1] = {s[1], 1}
+    edges[#edges + 1] = {s[2], -1}
+  end
+  -- at one instant an end goes before a start: runs that only touch are not at once
+  table.sort(edges, function(a, b)
+    if a[1] ~= b[1] then return a[1] < b[1] end
+    return a[2] < b[2]
+  end)
+  local now, most = 0, 0
+  for _, e in ipairs(edges) do
+    now = now + e[2]
+    most = math.max(most, now)
+  end
+  return most
+end
+
+local LANE_PX = 600    -- the width of the whole run in a lane, as the turns' timeline
+
+-- Runs side by side: a lane per run of the tree (the root's first), its bar placed where the
+-- run started and as long as it ran, counted from the root's start. Children that ran at once
+-- (rlm_query_batched, calls from threads) show as bars one above the other. Nothing for a run
+-- without children, or records without times (written by hand, the reference's logs).
+local function render_lanes(out, root)
+  local runs = tree(root)
+  if #runs < 2 or not (root.start and root.start.t) then return end
+  local t0, lanes, spans, last = root.start.t, {}, {}, root.start.t
+  for _, run in ipairs(runs) do
+    local from = run.start and run.start.t
+    local to = run.final and run.final.t or run.last_t
+    if from and to then
+      lanes[#lanes + 1] = {run = run, from = from - t0, to = to - t0}
+      if run ~= root then spans[#spans + 1] = {from, to} end
+      last = math.max(last, to)
+    end
+  end
+  local whole = math.max(last - t0, 1e-9)
+  out[#out + 1] = ('<details class="lanes" open><summary>runs side by side <span class="meta">%d child runs, at most %d at once</span></summary><table class="lanes">')
+    :format(#spans, most_at_once(spans))
+  for _, lane in ipairs(lanes) do
+    local run = lane.run
+    local left = math.floor(lane.from / whole * LANE_PX)
+    local width = math.max(2, math.floor((lane.to - lane.from) / whole * LANE_PX))
+    out[#out + 1] = ('<tr class="lane" data-run="%s"><td style="padding-left:%dem">%s %s</td><td class="track"><span class="span d%d" style="margin-left:%dpx;width:%dpx" title="%s"></span></td><td class="meta">%.2f s to %.2f s</td></tr>')
+      :format(esc(run.id), run.depth, run == root and "root" or "child", esc(run.id), math.min(run.depth, 3),
+              left, width, esc(run.final and run.final.reason or "(no result)"), lane.from, lane.to)
+  end
+  out[#out + 1] = "</table></details>"
+end
 
 local function render_subcall(out, s, runs)
   if s.kind == "rlm_query" and s.child and runs[s.child] then
@@ -249,7 +317,10 @@ end
 
 function render_run(out, run, runs)
   local st = run.start or {}
-  if run.depth == 0 then render_totals(out, run) end
+  if run.depth == 0 then
+    render_totals(out, run)
+    render_lanes(out, run)
+  end
   out[#out + 1] = ("<table><tr><td>model</td><td>%s (sub-calls: %s)</td></tr></table>")
     :format(esc(st.model), esc(st.sub_model))
   for _, step in ipairs(run.steps) do
@@ -384,51 +455,89 @@ end
 
 -- The text view in the order of the run, not of the file: a turn's sub-calls, compaction and
 -- child runs are written before the turn's own record (which waits for its code to end), so
--- they wait here for it and print under it. Returns add(record), which prints what can be
--- printed, and finish(), which prints what still waits (a run cut short).
+-- they wait here for it and print under it. A child's lines are kept until its result and go
+-- under its parent's turn as one block, headed by when it ran: children that ran at once
+-- (rlm_query_batched, threads) write their records interleaved, and are not mixed. Returns
+-- add(record), which prints what can be printed, and finish(), which prints what still waits
+-- (a run cut short).
+local function is_child(r)
+  return r.parent ~= nil and (r.depth or 0) > 0
+end
+
 local function text_view()
-  local pending, last_turn = {}, {}   -- by depth: lines waiting for a step, the last step's turn
-  local function place(lines, depth)  -- lines belonging to depth: under the parent's turn
-    if depth <= 0 then
-      for _, line in ipairs(lines) do print(line) end
-      io.stdout:flush()
-      return
-    end
-    local up = pending[depth - 1] or {}
-    pending[depth - 1] = up
-    table.move(lines, 1, #lines, #up + 1, up)
-  end
-  local function take(depth)
-    local lines = pending[depth] or {}
-    pending[depth] = nil
+  -- by run: lines waiting for its next step, a child's block so far, its last step's turn, its
+  -- start record (else its first), whether it ended; and the runs in the order first seen
+  local pending, block, last_turn, starts, ended, order = {}, {}, {}, {}, {}, {}
+  local root_t
+  local function take(map, id)
+    local lines = map[id] or {}
+    map[id] = nil
     return lines
   end
+  local function add_to(map, id, lines)
+    local to = map[id] or {}
+    map[id] = to
+    table.move(lines, 1, #lines, #to + 1, to)
+  end
+  -- lines of run r that are done: a root's are printed, a child's join its block
+  local function place(lines, r)
+    if is_child(r) then return add_to(block, r.run, lines) end
+    for _, line in ipairs(lines) do print(line) end
+    io.stdout:flush()
+  end
+  -- a child's block, headed by when it ran, waits for its parent's turn
+  local function close_block(id, r)
+    local lines = take(block, id)
+    local st = starts[id]
+    local from, to = st.type == "start" and st.t, r and r.t
+    local when = from and to and root_t and
+      ("  from %.2f s to %.2f s"):format(from - root_t, to - root_t) or ""
+    table.insert(lines, 1, ("%schild %s%s"):format(string.rep("  ", st.depth or 1), tostring(id),
+                                                   when))
+    local parent = st.parent
+    if parent and starts[parent] then return add_to(pending, parent, lines) end
+    for _, line in ipairs(lines) do print(line) end
+  end
   local function add(r)
+    local id = r.run or ""
+    if not starts[id] then order[#order + 1] = id end
+    if r.type == "start" and (not starts[id] or starts[id].type ~= "start") then
+      starts[id] = r
+      if not is_child(r) then root_t = root_t or r.t end
+    end
+    starts[id] = starts[id] or r
     local text = show(r)
     if not text then return end
-    local depth = r.depth or 0
     if r.type == "step" then
-      last_turn[depth] = r.turn
-      local lines = take(depth)
+      last_turn[id] = r.turn
+      local lines = take(pending, id)
       table.insert(lines, 1, text)
-      place(lines, depth)
+      place(lines, r)
     elseif r.type == "final" then
-      last_turn[depth] = nil          -- another run may follow at this depth
-      local lines = take(depth)
+      last_turn[id] = nil             -- another run may follow with the same id
+      local lines = take(pending, id)
       lines[#lines + 1] = text
-      place(lines, depth)
-    elseif last_turn[depth] and r.turn and r.turn <= last_turn[depth] then
-      place({text}, depth)            -- after its turn's record (a budget warning)
+      place(lines, r)
+      if is_child(r) then close_block(id, r) end
+      ended[id] = true
+    elseif last_turn[id] and r.turn and r.turn <= last_turn[id] then
+      place({text}, r)                -- after its turn's record (a budget warning)
     else
-      local lines = pending[depth] or {}
-      pending[depth] = lines
-      lines[#lines + 1] = text
+      add_to(pending, id, {text})
     end
   end
   local function finish()
-    local deepest = -1
-    for d in pairs(pending) do deepest = math.max(deepest, d) end
-    for d = deepest, 0, -1 do place(take(d), d) end
+    for i = #order, 1, -1 do          -- children before their parents
+      local id = order[i]
+      local st = starts[id]
+      local lines = take(pending, id)
+      if not is_child(st) then
+        place(lines, st)
+      elseif not ended[id] then
+        add_to(block, id, lines)
+        close_block(id, nil)
+      end
+    end
   end
   return add, finish
 end

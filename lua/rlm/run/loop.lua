@@ -492,8 +492,12 @@ function M.check_options(opts)
 end
 
 -- Starts the run's interpreter and puts the context into it: true, or false and why the
--- sandbox cannot serve. Its variables become the run's.
+-- sandbox cannot serve. Its variables become the run's. It first lets the event loop turn
+-- once, so the first model request, this run's and those of the runs started beside it (the
+-- children of an rlm_query_batched), is on its way before the start's own work (folders, a
+-- uid, bubblewrap's fork) holds the one thread.
 local function prepare_sandbox(self, interp)
+  async.sleep(0)
   local started, err = sandbox_step(function()
     local ok, err = pcall(interp.start, interp)
     if not ok then interp:shutdown() error(err, 0) end
