@@ -20,7 +20,6 @@ class Session:
         self.default_payload_min = settings.get("payload_min")
         # Guards the calls' state and whole lines on the wire: user threads call side by side.
         self.io_lock = _thread.allocate_lock()
-        self.serial_lock = _thread.allocate_lock()   # one call at a time where the transport asks
         self.open_calls = {}   # call number -> the lock its thread waits on
         self.replies = {}      # call number -> its reply, until its thread takes it
         self.call_number = 0
