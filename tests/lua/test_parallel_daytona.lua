@@ -139,6 +139,25 @@ SUBMIT(answer=",".join(answers), runs=open("runs.txt").read())]])
     end)
 end
 
+tests["daytona: big replies to calls open at once each reach their own thread"] =
+  on_standin(function(s)
+    -- each reply is too big for a command line: uploaded as a file of its own, at once
+    local i = s.interp{on_call = function(_, args)
+      async.sleep(0.2)
+      return {args.prompt .. ":" .. string.rep(args.prompt, 15000)}
+    end}
+    local uploads = s:requests("POST /toolbox/{sid}/files/bulk-upload")
+    local out, run = i:execute(threads(4, 'llm_query("p%d" % i)') .. [[
+SUBMIT(answer=",".join("%s %d %s" % (a[:3], len(a), a == a[:3] + a[:2] * 15000)
+                       for a in answers))]])
+    T.eq(run.error, nil)
+    T.eq(out.answer, "p0: 30003 True,p1: 30003 True,p2: 30003 True,p3: 30003 True")
+    T.truthy(s:requests("POST /toolbox/{sid}/files/bulk-upload") - uploads >= 4,
+             "the replies went up as files")
+    local left = assert(i:shell("ls /home/daytona/.rlm | grep -c '^request' || true"))
+    T.eq(left.output, "0\n", "each client removed its request file")
+  end)
+
 tests["stand-in: process/execute requests of one sandbox run at the same time"] =
   on_standin(function(s)
     local daytona = require "rlm.daytona"
