@@ -1298,6 +1298,23 @@ class TestSocketTransport(unittest.TestCase):
         self.assertEqual((done[0]["stdout"], done[0]["error"]),
                          ("[(0, 'aq0'), (1, 'aq1'), (2, 'aq2')]\n", None))
 
+    def test_several_replies_in_one_request(self):
+        self.serve()
+        code = ("import threading\ngot = {}\n"
+                "def ask(i): got[i] = llm_query('q%d' % i)\n"
+                "ts = [threading.Thread(target=ask, args=(i,)) for i in range(2)]\n"
+                "for t in ts: t.start()\n"
+                "for t in ts: t.join()\n"
+                "print(sorted(got.items()))")
+        seen = self.events({"op": "execute", "id": 1, "code": code}, "e1", 10)
+        while sum(ev["ev"] == "call" for ev in seen) < 2:
+            seen += self.events(None, f"p{len(seen)}", 10)
+        replies = [{"op": "reply", "id": 1, "call": ev["call"], "results": ["a" + ev["args"]["prompt"]]}
+                   for ev in seen if ev["ev"] == "call"]
+        after = self.events({"op": "replies", "replies": replies}, "r1", 30)
+        self.assertEqual([ev["ev"] for ev in after], ["done"])
+        self.assertEqual(with_defaults(after[0])["stdout"], "[(0, 'aq0'), (1, 'aq1')]\n")
+
     def test_one_connection_waits_at_a_time_and_the_others_hear_idle(self):
         self.serve()
         self.assertEqual(self.events(None, "p0", 0.2), [{"ev": "idle"}])

@@ -431,7 +431,7 @@ end
 function Sandbox:dialogue()
   local d = self.talk
   if not d or d.starts ~= self.starts then
-    d = {starts = self.starts, events = {}, flying = 0, due = {}}
+    d = {starts = self.starts, events = {}, flying = 0, due = {}, outbox = {}}
     self.talk = d
   end
   return d
@@ -580,10 +580,23 @@ function Sandbox:request(req, timeout)
   end
 end
 
---- Sends a reply without waiting: its client brings back an event, which is queued.
+--- Sends a reply without waiting: its client brings back an event, which is queued. Replies
+-- sent in the same turn of the event loop (answers that arrived together) go in one flight,
+-- as one "replies" request: one process/execute, not one each.
 function Sandbox:send(req)
   if not self.session then return nil, "the sandbox's driver is not running" end
-  self:fly(type(req) == "string" and req or json.encode(req), POLL_WAIT)
+  local d = self:dialogue()
+  local outbox = d.outbox
+  outbox[#outbox + 1] = type(req) == "string" and req or json.encode(req)
+  if #outbox > 1 then return true end
+  d.flying = d.flying + 1   -- on its way: request() sends no poll meanwhile
+  async.spawn(function()   -- runs after the tasks already runnable, whose replies join it
+    d.flying = d.flying - 1
+    d.outbox = {}
+    if self.talk ~= d then return end   -- that driver was replaced
+    self:fly(#outbox == 1 and outbox[1] or
+             ('{"op":"replies","replies":[%s]}'):format(table.concat(outbox, ",")), POLL_WAIT)
+  end)
   return true
 end
 

@@ -43,6 +43,7 @@ Requests, host -> driver
   {"op":"reply","id":N,"call":K,"results":[...]} | {"op":"reply","id":N,"call":K,"error":"message"}
                                     answers the call event with the same id (the execute's id)
                                     and call number K (without "call": the oldest open call)
+  {"op":"replies","replies":[reply, ...]}   several replies at once, each as above
   {"op":"reset"}    -> {"ev":"reset"}    user globals, imports and buffers cleared
   {"op":"ping"}     -> {"ev":"pong"}     also answered while code waits for a reply
   {"op":"shutdown"} -> {"ev":"bye"}, then exit 0.  EOF on stdin also exits 0.

@@ -153,7 +153,7 @@ class Session:
             line, payloads = self.execute(req)
         elif op == "reset":
             line = self.reset()
-        elif op == "reply":
+        elif op in ("reply", "replies"):
             line = error_line("no code is waiting for a reply")
         else:
             line = error_line(f"unknown op {op!r}")
@@ -363,7 +363,12 @@ class Session:
 
     def take_reply(self, req):
         """Hands a request read while calls wait to the call it answers (no "call": the
-        first open one); anything else is answered with an error line."""
+        first open one), or each of several ("replies"); anything else is answered with an
+        error line."""
+        if req.get("op") == "replies" and isinstance(req.get("replies"), list):
+            for reply in req["replies"]:
+                self.take_reply(reply if isinstance(reply, dict) else {})
+            return
         number = req.get("call")
         if number is None and self.open_calls:
             number = min(self.open_calls)
