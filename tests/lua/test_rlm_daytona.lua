@@ -92,9 +92,10 @@ tests["daytona: the 5 MB context goes up as one file and the 12 sub-calls as one
     T.eq(res.usage.llm_calls, 12)
     local st = s:stats().requests
     T.eq(st["POST /toolbox/{sid}/files/bulk-upload"], 2, "the driver, then the context file")
-    -- wait for the driver, load the context, run the turn's code, answer its one batch: never
+    -- wait for the driver, load the context, run the turn's code, answer its one batch, and
+    -- one poll that stands while the batch is answered (for calls from other threads): never
     -- one trip per sub-call
-    T.eq(st["POST /toolbox/{sid}/process/execute"], 4)
+    T.eq(st["POST /toolbox/{sid}/process/execute"], 5)
   end)
 
 local CHILD_CODE = [[

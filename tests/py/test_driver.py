@@ -1237,6 +1237,126 @@ class TestSocketTransport(unittest.TestCase):
         self.assertEqual(self.client(run)["stdout"], "4\n")
         self.assertEqual(self.client(run)["stdout"], "5\n")
 
+    def client_argv(self, req=None, request_id=None, wait=None):
+        args = [PYTHON, "-c", SOURCE, "--client", self.path]
+        if request_id is not None:
+            args += ["--request-id", request_id]
+        if wait is not None:
+            args += ["--wait", str(wait)]
+        if req is None:
+            return args + ["--poll"]
+        return args + ["--request-b64", base64.b64encode(json.dumps(req).encode()).decode()]
+
+    def events(self, req=None, request_id=None, wait=None):
+        """Every event one client was given (req None: a poll)."""
+        done = subprocess.run(self.client_argv(req, request_id, wait), capture_output=True,
+                              timeout=WAIT)
+        self.assertEqual(done.returncode, 0, done.stderr.decode())
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+    def background(self, req=None, request_id=None, wait=None):
+        """A client left running; .result() gives its events."""
+        proc = subprocess.Popen(self.client_argv(req, request_id, wait), stdout=subprocess.PIPE)
+        self.addCleanup(lambda: (proc.poll() is None and proc.kill(), proc.wait(),
+                                 proc.stdout.close()))
+
+        def result():
+            out, _ = proc.communicate(timeout=WAIT)
+            self.assertEqual(proc.returncode, 0)
+            return [json.loads(line) for line in out.splitlines()]
+        proc.result = result
+        return proc
+
+    def test_calls_from_threads_are_open_at_once_each_answered_on_its_own(self):
+        self.serve()
+        code = ("import threading\ngot = {}\n"
+                "def ask(i): got[i] = llm_query('q%d' % i)\n"
+                "ts = [threading.Thread(target=ask, args=(i,)) for i in range(3)]\n"
+                "for t in ts: t.start()\n"
+                "for t in ts: t.join()\n"
+                "print(sorted(got.items()))")
+        seen = self.events({"op": "execute", "id": 1, "code": code}, "e1", 10)
+        polls = 0
+        while sum(ev["ev"] == "call" for ev in seen) < 3:
+            polls += 1
+            self.assertLess(polls, 100, seen)
+            seen += self.events(None, f"p{polls}", 10)
+        calls = [ev for ev in seen if ev["ev"] == "call"]
+        self.assertEqual(sorted(c["args"]["prompt"] for c in calls), ["q0", "q1", "q2"],
+                         "all three calls open before any reply")
+        # each reply on a connection of its own, the last answered first
+        after = []
+        for c in reversed(calls):
+            after += self.events({"op": "reply", "id": 1, "call": c["call"],
+                                  "results": ["a" + c["args"]["prompt"]]}, f"r{c['call']}", 0.2)
+        while not any(ev["ev"] == "done" for ev in after):
+            polls += 1
+            self.assertLess(polls, 100, after)
+            after += self.events(None, f"p{polls}", 10)
+        done = [with_defaults(ev) for ev in after if ev["ev"] != "idle"]
+        self.assertEqual(len(done), 1, after)
+        self.assertEqual((done[0]["stdout"], done[0]["error"]),
+                         ("[(0, 'aq0'), (1, 'aq1'), (2, 'aq2')]\n", None))
+
+    def test_several_replies_in_one_request(self):
+        self.serve()
+        code = ("import threading\ngot = {}\n"
+                "def ask(i): got[i] = llm_query('q%d' % i)\n"
+                "ts = [threading.Thread(target=ask, args=(i,)) for i in range(2)]\n"
+                "for t in ts: t.start()\n"
+                "for t in ts: t.join()\n"
+                "print(sorted(got.items()))")
+        seen = self.events({"op": "execute", "id": 1, "code": code}, "e1", 10)
+        while sum(ev["ev"] == "call" for ev in seen) < 2:
+            seen += self.events(None, f"p{len(seen)}", 10)
+        replies = [{"op": "reply", "id": 1, "call": ev["call"], "results": ["a" + ev["args"]["prompt"]]}
+                   for ev in seen if ev["ev"] == "call"]
+        after = self.events({"op": "replies", "replies": replies}, "r1", 30)
+        self.assertEqual([ev["ev"] for ev in after], ["done"])
+        self.assertEqual(with_defaults(after[0])["stdout"], "[(0, 'aq0'), (1, 'aq1')]\n")
+
+    def test_one_connection_waits_at_a_time_and_the_others_hear_idle(self):
+        self.serve()
+        self.assertEqual(self.events(None, "p0", 0.2), [{"ev": "idle"}])
+        # of two polls that would wait a minute, the second to arrive is told idle at once
+        polls = [self.background(None, "p1", 60), self.background(None, "p2", 60)]
+        deadline = time.monotonic() + 30
+        while all(p.poll() is None for p in polls):
+            self.assertLess(time.monotonic(), deadline, "neither poll was told idle")
+            time.sleep(0.01)
+        told = next(p for p in polls if p.returncode is not None)
+        waits = next(p for p in polls if p is not told)
+        self.assertEqual(told.result(), [{"ev": "idle"}])
+        self.assertIsNone(waits.poll(), "the first one still waits")
+        # a request's own connection hears idle too, and its event goes to the one waiting
+        self.assertEqual(self.events({"op": "ping"}, "q1", 60), [{"ev": "idle"}])
+        self.assertEqual(waits.result(), [{"ev": "pong"}])
+
+    def test_events_nobody_waits_for_go_to_the_next_connection(self):
+        self.serve()
+        slow = {"op": "execute", "id": 1, "code": "import time\ntime.sleep(0.5)\nprint('late')"}
+        self.assertEqual(self.events(slow, "e1", 0.05), [{"ev": "idle"}])
+        got = []
+        while not got or got == [{"ev": "idle"}]:
+            got = self.events(None, f"p{len(got)}", 10)
+        self.assertEqual(with_defaults(got[0])["stdout"], "late\n")
+
+    def test_a_repeat_waits_in_place_of_its_first_connection_and_runs_nothing(self):
+        self.serve()
+        gate = os.path.join(self.dir, "gate")
+        run = {"op": "execute", "id": 1, "code": (
+            "import os, time\nn = globals().get('n', 0) + 1\n"
+            f"while not os.path.exists({gate!r}): time.sleep(0.01)\nprint(n)")}
+        self.assertEqual(self.events(run, "r1", 0.05), [{"ev": "idle"}])
+        repeat = self.background(run, "r1", 30)   # the first connection is gone: it waits
+        with open(gate, "w"):
+            pass
+        first = repeat.result()
+        self.assertEqual(with_defaults(first[0])["stdout"], "1\n")
+        self.assertEqual(self.events(run, "r1", 30), first, "the same answer again")
+        self.assertEqual(self.events({"op": "ping"}, "r2", 30), [{"ev": "pong"}])
+        self.assertEqual(self.events(None, "p1", 0.05), [{"ev": "idle"}], "nothing left over")
+
     def test_serve_from_a_file_without_unbuffered_output(self):
         # Daytona runs the driver from an uploaded file, in a session that may not pass -u.
         script = os.path.join(self.dir, "driver.py")
@@ -1265,7 +1385,7 @@ class TestSocketTransport(unittest.TestCase):
         done = subprocess.run([PYTHON, "-c", SOURCE, "--client", self.path],
                               capture_output=True, timeout=WAIT)
         self.assertEqual(done.returncode, 2)
-        self.assertIn(b"--request-file or --request-b64", done.stderr)
+        self.assertIn(b"--request-file, --request-b64 or --poll", done.stderr)
 
 
 class TestSpeed(DriverTest):

@@ -8,9 +8,10 @@
 --
 -- Transport (no WebSocket in Debian's libcurl, and the sandbox cannot reach the host): the
 -- driver runs once as a long-lived async session command (`driver.py --serve SOCKET`); every
--- request is one `process/execute` of the driver's one-shot client, which forwards the request
--- line to the socket and prints the next event. A `call` event ends that request; the reply
--- travels with the next one. Small requests ride in the command line as base64; larger ones are
+-- request, reply or poll is one `process/execute` of the driver's one-shot client, which
+-- forwards the line to the socket and prints the events it is given; several go at once, each
+-- in a task of its own, so the calls of the code's threads are answered side by side (see "the
+-- dialogue" below). Small requests ride in the command line as base64; larger ones are
 -- uploaded to a file first. The first event (ready) is waited for inside the sandbox by one more
 -- `process/execute` (`driver.py --wait-ready`), which watches the files the session command
 -- writes the driver's output and exit status to.
@@ -27,6 +28,7 @@
 -- loop; `settle()` waits for whatever is left, and the CLI calls it before rlm exits.
 -- The interface this implements is written down at the top of lua/rlm/interpreter.lua.
 local async = require "rlm.async"
+local loop = require "rlm.core.loop"
 local daytona = require "rlm.daytona"
 local json = require "rlm.json"
 local common = require "rlm.backend.common"
@@ -44,7 +46,6 @@ local HOME, WORKSPACE, MEMORY = common.HOME, common.WORKSPACE, common.MEMORY
 local basename = common.basename
 local RLM_DIR = HOME .. "/.rlm"
 local DRIVER = RLM_DIR .. "/driver.py"
-local REQUEST_FILE = RLM_DIR .. "/request.json"
 local PYTHON = "python3"
 -- The driver's short-lived helpers (--client, --wait-ready) import nothing from site folders:
 -- without site each starts a few milliseconds sooner, and one runs per request.
@@ -55,8 +56,11 @@ local HELPER_PYTHON = PYTHON .. " -S"
 local INLINE_REQUEST = 24 * 1024
 -- Extra seconds an HTTP call waits past the wanted time, for the answer to travel back.
 local GRACE = 0.5
--- Seconds a request sent again after our wait ran out may take to bring the first answer back.
-local PROBE = 5
+-- Extra seconds a client's process/execute may take past its wait: the driver answers idle
+-- when the wait is over, but only after the sandbox has started the client.
+local MARGIN = 10
+-- Seconds a reply's or a poll's client waits at most for an event before it hears idle.
+local POLL_WAIT = 30
 local DELETE_TIMEOUT = 30
 -- A sandbox still being created or started refuses deletion (409) for as long as that lasts,
 -- which can be minutes (apps/api/src/sandbox/services/sandbox.service.ts, destroy): its DELETE
@@ -414,48 +418,75 @@ function Sandbox:read_ready(timeout)
   return common.decode_event(out:match("^([^\n]*)"))
 end
 
--- The client command for one request line, under an id the driver answers once.
-function Sandbox:client_command(line, request_id)
-  local client = ("%s %s --client %s --request-id %s"):format(HELPER_PYTHON, DRIVER, self.socket,
-                                                             request_id)
+-- ---------- the dialogue ----------
+-- Each request line, each reply and each poll is one process/execute of the driver's client,
+-- under an id of its own: a flight, in a task of its own. The driver hands its events (one
+-- stream, as on stdio) to whichever client waits, and answers the others idle (see its
+-- SocketServer); the events every flight brings back are queued here in the order they
+-- arrive, for request() to take. So a reply goes out while another client waits for the next
+-- call, and the calls of the code's threads are open side by side. When nothing is in flight
+-- and nothing is queued, request() sends a poll, which only waits.
+
+-- The dialogue of the driver started last: its queued events and the flights still out.
+function Sandbox:dialogue()
+  local d = self.talk
+  if not d or d.starts ~= self.starts then
+    d = {starts = self.starts, events = {}, flying = 0, due = {}, outbox = {}}
+    self.talk = d
+  end
+  return d
+end
+
+-- Wakes request() when it waits for a flight.
+local function wake(d)
+  local id = d.wake
+  if id then
+    d.wake = nil
+    loop.ready(id)
+  end
+end
+
+-- Queues an event, or a failure ({err =, kind =}).
+local function arrive(d, item)
+  d.events[#d.events + 1] = item
+end
+
+-- The client command for one request line (nil: a poll), under an id the driver answers once,
+-- waiting at most `wait` seconds for an event.
+function Sandbox:client_command(line, request_id, wait)
+  local client = ("%s %s --client %s --request-id %s --wait %.3f"):format(
+    HELPER_PYTHON, DRIVER, self.socket, request_id, wait)
+  if not line then return client .. " --poll" end
   if #line <= INLINE_REQUEST then
     return ("%s --request-b64 %s"):format(client, common.base64_encode(line))
   end
-  local ok, err = self.toolbox:upload({{path = REQUEST_FILE, data = line}})
+  -- One file per id: replies of several calls may be uploaded at once. The client removes it.
+  local file = ("%s/request-%s.json"):format(RLM_DIR, request_id)
+  local ok, err = self.toolbox:upload({{path = file, data = line}})
   if not ok then return nil, "cannot upload the request: " .. tostring(err) end
-  return ("%s --request-file %s"):format(client, REQUEST_FILE)
+  return ("%s --request-file %s"):format(client, file)
 end
 
 -- One process/execute of the client. The request carries its id, so the transport may send it
 -- again after a broken connection (idempotent): the driver gives a repeat the first answer.
-function Sandbox:run_client(command, timeout)
+function Sandbox:run_client(command, wait)
   return self.toolbox:request{
     method = "POST", path = {"process", "execute"}, idempotent = true,
-    timeout = timeout + GRACE, deadline = timeout + GRACE,
+    timeout = wait + MARGIN, deadline = wait + MARGIN,
     -- The daemon ends the client soon after the host stops waiting; the driver goes on.
-    json = {command = command, timeout = math.ceil(timeout) + 1}}
+    json = {command = command, timeout = math.ceil(wait) + MARGIN}}
 end
 
---- Sends one request and returns the next event; nil, err, kind ("timeout"|"dead"|"protocol").
-function Sandbox:request(req, timeout)
-  if not self.session then return nil, "the sandbox's driver is not running", "dead" end
-  if not req then
-    if not self.awaiting_ready then
-      return nil, "the Daytona backend reads events only in answer to a request", "protocol"
-    end
-    return self:read_ready(timeout)
-  end
-  self.requests = self.requests + 1
-  local command, err = self:client_command(type(req) == "string" and req or json.encode(req),
-                                           ("%d.%d"):format(self.starts, self.requests))
+-- Carries one line (nil: a poll) under a new id: what the client printed, or nil, err, kind.
+function Sandbox:carry(line, request_id, wait)
+  local command, err = self:client_command(line, request_id, wait)
   if not command then return nil, err, "dead" end
   local res
-  res, err = self:run_client(command, timeout)
+  res, err = self:run_client(command, wait)
   if not res and timed_out(err) then
-    -- Our wait ran out, which a stalled network does as well as a block that runs on: ask
-    -- again under the same id. A block that ended meanwhile answers at once; one still running
-    -- holds the repeat back until it too runs out.
-    res, err = self:run_client(command, PROBE)
+    -- The driver answers within `wait`, so a stalled network or a sandbox too busy to start
+    -- the client did this: ask again under the same id, which runs nothing twice.
+    res, err = self:run_client(command, wait)
   end
   if not res then
     if timed_out(err) then return nil, "no answer from the sandbox in time", "timeout" end
@@ -467,7 +498,106 @@ function Sandbox:request(req, timeout)
     return nil, ("the sandbox's driver did not answer (client exit %s)%s"):format(
       tostring(res.exitCode), msg ~= "" and ": " .. msg or ""), "dead"
   end
-  return common.decode_event(out:match("^[^\n]*"))
+  return out
+end
+
+-- Sends a line (nil: a poll) in a flight of its own; what it brings back is queued.
+function Sandbox:fly(line, wait)
+  local d = self:dialogue()
+  self.requests = self.requests + 1
+  local request_id = ("%d.%d"):format(self.starts, self.requests)
+  d.flying = d.flying + 1
+  d.due[request_id] = sys.now() + wait
+  async.spawn(function()
+    local ok, out, err, kind = pcall(self.carry, self, line, request_id, wait)
+    d.flying = d.flying - 1
+    d.due[request_id] = nil
+    if self.talk ~= d then return end   -- that driver was replaced: its events are void
+    if not ok then
+      arrive(d, {err = tostring(out), kind = "dead"})
+    elseif not out then
+      -- Nothing in time is no event: request() waits on, and polls again.
+      if kind ~= "timeout" then arrive(d, {err = err, kind = kind}) end
+    else
+      for line_out in out:gmatch("[^\n]+") do
+        local ev, why, what = common.decode_event(line_out)
+        if not ev then
+          arrive(d, {err = why, kind = what})
+        elseif ev.ev ~= "idle" then
+          arrive(d, {ev = ev})
+        end
+      end
+    end
+    wake(d)
+  end)
+end
+
+-- How long request() waits with a deadline: past it while a flight that was due by then is
+-- still out (its answer is late on the way: the network, or a sandbox slow to start the
+-- client), for MARGIN seconds more. A poll due later is not waited for.
+local function hold(d, deadline)
+  local last = deadline
+  for _, due in pairs(d.due) do
+    if due <= deadline then last = math.max(last, due + MARGIN) end
+  end
+  return last
+end
+
+--- Sends one request (nil: none) and returns the next event; nil, err, kind ("timeout"|"dead"|
+-- "protocol").
+function Sandbox:request(req, timeout)
+  if not self.session then return nil, "the sandbox's driver is not running", "dead" end
+  if not req and self.awaiting_ready then return self:read_ready(timeout) end
+  local d = self:dialogue()
+  if req then self:fly(type(req) == "string" and req or json.encode(req), timeout) end
+  local deadline = sys.now() + timeout
+  local yielded = false
+  while true do
+    local item = table.remove(d.events, 1)
+    if item then
+      if item.ev then return item.ev end
+      return nil, item.err, item.kind
+    end
+    if d.flying == 0 then
+      if not yielded then
+        -- A call answered at once sends its reply from its own task: let it go first, so
+        -- that the reply's client, not a poll, brings the next event.
+        yielded = true
+        async.sleep(0)
+      else
+        self:fly(nil, POLL_WAIT)
+      end
+    end
+    local left = hold(d, deadline) - sys.now()
+    if left <= 0 then return nil, "no answer from the sandbox in time", "timeout" end
+    if d.flying > 0 and #d.events == 0 then
+      local id = loop.new_id()
+      d.wake = id
+      async.await(id, left)
+      async.forget(id)
+      if d.wake == id then d.wake = nil end
+    end
+  end
+end
+
+--- Sends a reply without waiting: its client brings back an event, which is queued. Replies
+-- sent in the same turn of the event loop (answers that arrived together) go in one flight,
+-- as one "replies" request: one process/execute, not one each.
+function Sandbox:send(req)
+  if not self.session then return nil, "the sandbox's driver is not running" end
+  local d = self:dialogue()
+  local outbox = d.outbox
+  outbox[#outbox + 1] = type(req) == "string" and req or json.encode(req)
+  if #outbox > 1 then return true end
+  d.flying = d.flying + 1   -- on its way: request() sends no poll meanwhile
+  async.spawn(function()   -- runs after the tasks already runnable, whose replies join it
+    d.flying = d.flying - 1
+    d.outbox = {}
+    if self.talk ~= d then return end   -- that driver was replaced
+    self:fly(#outbox == 1 and outbox[1] or
+             ('{"op":"replies","replies":[%s]}'):format(table.concat(outbox, ",")), POLL_WAIT)
+  end)
+  return true
 end
 
 --- Ends the driver (its session, with every process in it); start_driver() may follow.

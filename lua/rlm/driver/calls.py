@@ -4,14 +4,9 @@
 
 def call(session, kind, args):
     """Sends a call event and returns the reply's results list. Calls from the code's threads
-    are open side by side, each under its own number (over --serve, one at a time: a call
-    there ends its connection); the timer stands still while any is open."""
-    body = to_json(args, f"{kind}: an argument")
-    if session.transport.side_by_side:
-        reply = open_call(session, kind, body)
-    else:
-        with session.serial_lock:
-            reply = open_call(session, kind, body)
+    are open side by side, each under its own number; the timer stands still while any is
+    open."""
+    reply = open_call(session, kind, to_json(args, f"{kind}: an argument"))
     if reply.get("error") is not None:
         raise RuntimeError(str(reply["error"]))
     results = reply.get("results")

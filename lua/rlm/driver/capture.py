@@ -101,7 +101,7 @@ class Capture:
         grows instead, and the pages taken are freed (a hole punched, CAPTURE_PUNCH bytes or
         more at a time); past half of the largest file the code may write (limits.file_size),
         it is emptied after all."""
-        if _thread._count() == 0 and posix.lseek(self.fd, 0, io.SEEK_END) == size:
+        if _thread._count() == OWN_THREADS and posix.lseek(self.fd, 0, io.SEEK_END) == size:
             self.clear()
             return
         self.start = size

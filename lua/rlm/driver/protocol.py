@@ -19,7 +19,8 @@ capture, listing, cells, session, calls, startup), in that order; it ships as on
 Started as `python3 -u [-S] -c "<this source>" [--stdio] [--capture-dir DIR] [SETTINGS]` (with -S,
 site runs when an import needs it: SiteOnDemand), as `--serve PATH [SETTINGS]` (unix socket
 server), or as
-`--client PATH (--request-file F | --request-b64 B64)` (the one-shot client of --serve), or as
+`--client PATH (--request-file F | --request-b64 B64 | --poll) [--request-id ID] [--wait S]`
+(the one-shot client of --serve), or as
 `--wait-ready PREFIX [--timeout S]` (waits inside the sandbox for a --serve driver started with
 stdout in PREFIX.out, stderr in PREFIX.err and its exit status written to PREFIX.exit: prints
 the ready line and exits 0, or exits 3 with the status and stderr's tail, or 4 after S seconds).
@@ -42,6 +43,7 @@ Requests, host -> driver
   {"op":"reply","id":N,"call":K,"results":[...]} | {"op":"reply","id":N,"call":K,"error":"message"}
                                     answers the call event with the same id (the execute's id)
                                     and call number K (without "call": the oldest open call)
+  {"op":"replies","replies":[reply, ...]}   several replies at once, each as above
   {"op":"reset"}    -> {"ev":"reset"}    user globals, imports and buffers cleared
   {"op":"ping"}     -> {"ev":"pong"}     also answered while code waits for a reply
   {"op":"proxy"}    -> {"ev":"proxy","port":P}   starts the code's HTTP proxy on 127.0.0.1:P
@@ -61,7 +63,7 @@ Events, driver -> host
       variables)
   {"ev":"call","id":N,"call":K,"kind":C,"args":{...}}   the thread that made the call is
       blocked until the matching reply; K numbers the calls of a driver. Calls from several
-      threads are open at once (over --serve, one at a time), answered in any order; the done
+      threads are open at once (with either transport), answered in any order; the done
       event comes after the last of them is answered:
       llm_query          {"prompt","model"}   -> results: [text]
       llm_query_batched  {"prompts","model"}  -> results: one text per prompt, in order
@@ -139,11 +141,16 @@ Execute semantics
   local sandbox gives it a tmpfs of its own, so its size caps what one execute may print.
 
 --serve PATH: listens on a unix socket (created before ready is printed). Each connection
-carries one request line and gets one event line, then is closed; an execute that calls
-llm_query answers its connection with the call event, and the next connection must carry the
-reply. --client prints the one event line and exits 0, or exits 2 with a message on stderr.
-With --request-id ID the line goes as "@ID <request>": the driver answers each id once, and a
-repeat of the last id gets that answer again without running anything.
+carries one line, "[@ID ][~S ](<request> | poll)", and is then given the next events, one per
+line (all those no connection had taken yet), or {"ev":"idle"} after S seconds without one
+(never, without ~S) or at once when another connection is waiting already; then it is
+closed. The events are one stream, as on stdio, handed to whichever connection waits: a reply
+travels on a connection of its own while another waits for the next call, so the calls of
+several threads are open at once. poll sends nothing and only waits. The driver carries each
+ID's request once: a repeat of an ID (the host's HTTP call broke) gets the events that ID was
+given, or waits for them in its place. --client prints what it was given and exits 0 (a
+request file is removed then; a repeat whose file is gone goes as poll under its ID), or exits
+2 with a message on stderr; --poll sends poll, --wait S sends ~S.
 """
 import builtins
 import fcntl

@@ -20,7 +20,6 @@ class Session:
         self.default_payload_min = settings.get("payload_min")
         # Guards the calls' state and whole lines on the wire: user threads call side by side.
         self.io_lock = _thread.allocate_lock()
-        self.serial_lock = _thread.allocate_lock()   # one call at a time where the transport asks
         self.open_calls = {}   # call number -> the lock its thread waits on
         self.replies = {}      # call number -> its reply, until its thread takes it
         self.call_number = 0
@@ -157,7 +156,7 @@ class Session:
             line = self.reset()
         elif op == "proxy":
             line = start_proxy(self)
-        elif op == "reply":
+        elif op in ("reply", "replies"):
             line = error_line("no code is waiting for a reply")
         else:
             line = error_line(f"unknown op {op!r}")
@@ -367,7 +366,12 @@ class Session:
 
     def take_reply(self, req):
         """Hands a request read while calls wait to the call it answers (no "call": the
-        first open one); anything else is answered with an error line."""
+        first open one), or each of several ("replies"); anything else is answered with an
+        error line."""
+        if req.get("op") == "replies" and isinstance(req.get("replies"), list):
+            for reply in req["replies"]:
+                self.take_reply(reply if isinstance(reply, dict) else {})
+            return
         number = req.get("call")
         if number is None and self.open_calls:
             number = min(self.open_calls)

@@ -5,21 +5,25 @@
 USAGE = ("usage: driver.py ([--stdio] [--capture-dir DIR] | --serve PATH) [--site-dir DIR] "
          "[--max-output-chars N] "
          "[--max-submit-bytes B] [--payload-min N] | "
-         "--client PATH (--request-file FILE | --request-b64 B64) [--request-id ID] | "
+         "--client PATH (--request-file FILE | --request-b64 B64 | --poll) [--request-id ID] "
+         "[--wait S] | "
          "--wait-ready PREFIX [--timeout S]")
 # The settings an execute may leave out (see the docstring): option -> (field, least value).
 SETTINGS = {"--max-output-chars": ("max_output_chars", 2), "--max-submit-bytes":
             ("max_submit_bytes", 1), "--payload-min": ("payload_min", 1)}
+FLAGS = ("--stdio", "--poll")   # options without a value
+OPTIONS = ("--serve", "--client", "--request-file", "--request-b64", "--request-id", "--wait",
+           "--capture-dir", "--wait-ready", "--timeout", "--site-dir")
 
 
 def parse_args(argv):
     opts = {}
     args = iter(argv)
     for arg in args:
-        if arg == "--stdio":
+        if arg in FLAGS:
+            opts[arg] = True
             continue
-        if arg not in ("--serve", "--client", "--request-file", "--request-b64", "--request-id",
-                       "--capture-dir", "--wait-ready", "--timeout", "--site-dir") and arg not in SETTINGS:
+        if arg not in OPTIONS and arg not in SETTINGS:
             raise ValueError(f"unknown argument {arg!r}")
         value = next(args, None)
         if value is None:
@@ -29,35 +33,73 @@ def parse_args(argv):
             if not (value.isascii() and value.isdigit()) or int(value) < least:
                 raise ValueError(f"{arg} needs an integer >= {least}")
         opts[arg] = value
-    if "--client" in opts and ("--request-file" in opts) == ("--request-b64" in opts):
-        raise ValueError("--client needs one of --request-file or --request-b64")
+    if "--client" in opts and \
+            sum(k in opts for k in ("--request-file", "--request-b64", "--poll")) != 1:
+        raise ValueError("--client needs one of --request-file, --request-b64 or --poll")
+    if "--wait" in opts:
+        try:
+            float(opts["--wait"])
+        except ValueError:
+            raise ValueError("--wait needs a number of seconds") from None
     return opts
 
 
-def client(path, opts):
-    import socket
-    if "--request-file" in opts:
-        with open(opts["--request-file"], "rb") as f:
-            request = f.read()
-    else:
+def client_request(opts):
+    """The line a --client sends: its request, or `poll`. A request file the first run under
+    the same id took away is a repeat: its id alone finds what that run was given."""
+    if "--request-b64" in opts:
         import binascii
-        request = binascii.a2b_base64(opts["--request-b64"])
+        return binascii.a2b_base64(opts["--request-b64"])
+    if "--request-file" in opts:
+        try:
+            with open(opts["--request-file"], "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            if "--request-id" not in opts:
+                raise
+    return b"poll"
+
+
+def client(path, opts):
+    """Sends one line to a --serve driver and prints the events it is given (see
+    SocketServer). A request file is removed once the answer is out."""
+    import socket
+    try:
+        request = client_request(opts)
+    except OSError as e:
+        sys.stderr.write(f"rlm driver client: cannot read the request: {e.strerror}\n")
+        return 2
+    header = b""
+    if "--request-id" in opts:
+        header += b"@" + opts["--request-id"].encode() + b" "
+    if "--wait" in opts:
+        header += b"~" + opts["--wait"].encode() + b" "
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
     except OSError as e:
         sys.stderr.write(f"rlm driver client: no driver is listening at {path} ({e.strerror})\n")
         return 2
-    request_id = opts.get("--request-id")
-    if request_id is not None:
-        request = b"@" + request_id.encode() + b" " + request
-    sock.sendall(request.rstrip(b"\n") + b"\n")
-    line = recv_line(sock)
-    if not line:
+    sock.sendall(header + request.rstrip(b"\n") + b"\n")
+    answer = bytearray()
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        answer += chunk
+    if not answer.endswith(b"\n"):
         sys.stderr.write(f"rlm driver client: the driver at {path} closed without an answer\n")
         return 2
-    sys.stdout.buffer.write(line + b"\n")
+    sys.stdout.buffer.write(answer)
     sys.stdout.flush()
+    if "--request-file" in opts:
+        try:
+            posix.unlink(opts["--request-file"])
+        except OSError:
+            pass
     return 0
 
 
