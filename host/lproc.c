@@ -11,6 +11,8 @@
  *          {[fd] = {file = path}}  ... or the regular file at path, opened read-only (a failed
  *                                  open fails the spawn; with optional = true the child
  *                                  reads nothing instead)
+ *          {[fd] = {fd = n}}       ... or a copy of rlm's own descriptor n (a folder opened
+ *                                  without following links, for bwrap's --bind-fd)
  *   uid, gid            the child drops to them (and to no supplementary groups) before exec;
  *                       a uid needs a gid
  *   rlimits = {as=, data=, nproc=, nofile=, fsize=, core=, stack=}   soft and hard, in the child
@@ -26,6 +28,7 @@
  * its pipes, without waiting for its end (the killed child is reaped later). */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -583,8 +586,19 @@ static int read_pass(lua_State *L, int opts, struct child_setup *cs)
                 lua_pushfstring(L, "spawn: cannot pass %s", path);
                 errno = e;
             }
+        } else if (why == NULL && lua_istable(L, -2) &&   /* above it: its file field, nil */
+                   (lua_pop(L, 1), lua_pushliteral(L, "fd"), lua_rawget(L, -2)) == LUA_TNUMBER) {
+            /* a descriptor rlm holds (a folder opened without following links): its copy */
+            lua_Integer own = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : -1;
+            src = own < 0 || own > INT_MAX ? (errno = EBADF, -1)
+                                           : fcntl((int)own, F_DUPFD_CLOEXEC, 3);
+            if (src < 0) {
+                int e = errno;
+                lua_pushfstring(L, "spawn: cannot pass descriptor %I", own);
+                errno = e;
+            }
         } else if (why == NULL) {
-            why = "spawn: each pass value must be a string or {file = path}";
+            why = "spawn: each pass value must be a string, {file = path} or {fd = n}";
         }
         if (why) {
             close_passed(cs);

@@ -68,7 +68,10 @@ local WATCH_INTERVAL = 0.25
 local WATCH_SHARE = 0.05
 -- The descriptors bwrap is handed (spawn's `pass`): numbers are fixed, contents per sandbox.
 -- The driver's bytecode goes through to Python; /etc files take the numbers from etc up.
-local FD = {seccomp = 3, args = 4, passwd = 5, group = 6, driver = 7, etc = 8}
+-- The workspace and memory are bound from descriptors of the folders rlm made (--bind-fd):
+-- bwrap finds them by their path, then checks that what it mounted is the folder held.
+local FD = {seccomp = 3, args = 4, passwd = 5, group = 6, driver = 7, workspace = 8, memory = 9,
+            etc = 10}
 local PASSWD = "root:x:0:0:root:/root:/usr/sbin/nologin\ndaytona:x:1000:1000:daytona:/home/daytona:/bin/sh\n"
 local GROUP = "root:x:0:\ndaytona:x:1000:\n"
 
@@ -142,42 +145,58 @@ local function tools(opts)
   return bwrap_path, python, packages
 end
 
--- Why path (a folder rlm as root hands to sandboxes, or the parent of one) is not safe: a
--- folder on its way another user owns, or may write without the sticky bit, could have a
--- link planted in it that turns root's chown and bind onto another folder. nil when safe.
+-- Why folder `dir` (a folder rlm as root hands to sandboxes, or the parent of one; held by its
+-- descriptor) is not safe: a folder on its way another user owns, or may write without the
+-- sticky bit, could have a link planted in it that turns root's chown and bind onto another
+-- folder. nil when safe. The folders are those above the one held, not those a path names.
 local GROUP_OTHER_WRITE, STICKY = tonumber("022", 8), tonumber("1000", 8)
 
-local function unsafe_folder(path)
-  local real = sys.realpath(path) or path
-  local at = ""
-  for part in ("/" .. real):gmatch("[^/]*") do
-    if part ~= "" or at == "" then
-      at = at == "/" and "/" .. part or (at == "" and "/" or at .. "/" .. part)
-      local st = sys.stat(at)
-      if st and st.type == "dir" then
-        if st.uid ~= 0 then return ("%s belongs to uid %d"):format(at, st.uid) end
-        if st.mode & GROUP_OTHER_WRITE ~= 0 and st.mode & STICKY == 0 then
-          return ("others may write %s (mode %o)"):format(at, st.mode & tonumber("7777", 8))
-        end
-      end
+local function unsafe_folder(dir)
+  local above, err = dir:ancestry()
+  if not above then return err end
+  for k = #above, 1, -1 do   -- from the root down: the first one that is not safe
+    local at = above[k]
+    if at.uid ~= 0 then return ("%s belongs to uid %d"):format(at.path, at.uid) end
+    if at.mode & GROUP_OTHER_WRITE ~= 0 and at.mode & STICKY == 0 then
+      return ("others may write %s (mode %o)"):format(at.path, at.mode)
     end
   end
 end
 
-local function refuse_unsafe(path, what, fix)
-  local why = unsafe_folder(path)
+-- Raises when rlm runs as root and the folder held is not safe (unsafe_folder).
+local function refuse_unsafe(dir, path, what, fix)
+  local why = sys.getuid() == 0 and unsafe_folder(dir)
   if why then
+    dir:close()
     error(("refusing %s %s: %s, and rlm runs as root; %s"):format(what, path, why, fix), 0)
   end
+end
+
+-- Opens folder `path` by descriptor, making the folders it lacks (mode) each beneath its
+-- parent's descriptor; the folder it starts from, the deepest that exists, is checked by
+-- refuse_unsafe(dir, path, ...) before anything is made in it, and so is the folder opened.
+local ENOENT = 2
+
+local function open_made(path, mode, ...)
+  local dir, err, code = sandbox.open_folder(path)
+  if dir then
+    refuse_unsafe(dir, path, ...)
+    return dir
+  end
+  local parent, name = path:match("^(.*)/([^/]+)/*$")
+  if code ~= ENOENT or not parent then error(err, 0) end
+  local above <close> = open_made(parent ~= "" and parent or "/", mode, ...)
+  dir, err = above:make(name, mode)
+  if not dir then error(("cannot make %s: %s"):format(path, err), 0) end
+  refuse_unsafe(dir, path, ...)
+  return dir
 end
 
 -- A uid of SANDBOX_UIDS for one sandbox, and the lock that holds it.
 local uid_cursor
 
 local function take_uid()
-  local made, why = sys.mkdir_p(UID_LOCKS, PRIVATE)
-  if not made then error("cannot make " .. UID_LOCKS .. ": " .. tostring(why), 0) end
-  refuse_unsafe(UID_LOCKS, "the uid lock folder", "remove it, rlm makes it anew")
+  open_made(UID_LOCKS, PRIVATE, "the uid lock folder", "remove it, rlm makes it anew"):close()
   uid_cursor = uid_cursor or sys.getpid() * 7919 % SANDBOX_UIDS.count
   for _ = 1, SANDBOX_UIDS.count do
     local uid = SANDBOX_UIDS.first + uid_cursor
@@ -245,9 +264,16 @@ end
 
 local basename = common.basename
 
+-- A path to folder `dir` (held by descriptor) for the tools that stage into it: through
+-- /proc, so it reaches the folder held whatever is renamed or swapped on the way meanwhile.
+local function anchored(dir)
+  return ("/proc/%d/fd/%d"):format(sys.getpid(), dir:fd())
+end
+
 -- Stages the repository at workspace/repo: git clone (URL or local repository), or a copy of a
 -- plain local folder; then checks out repo_ref.
-local function stage_repo(dest, url, ref)
+local function stage_repo(workspace, url, ref)
+  local dest = anchored(workspace) .. "/repo"
   local st = sys.stat(url)
   if st and st.type == "dir" and not sys.stat(url .. "/.git") then
     run_checked({"cp", "-a", "--", url, dest}, "cannot copy repository " .. url)
@@ -262,12 +288,12 @@ local function stage_repo(dest, url, ref)
   end
 end
 
-local function stage_context(dir, paths)
+local function stage_context(workspace, paths)
   if type(paths) == "string" then paths = {paths} end
-  assert(sys.mkdir_p(dir))
+  local dir <close> = assert(workspace:make("context", tonumber("755", 8)))
   for _, p in ipairs(paths) do
     if not sys.stat(p) then error(("context_paths: %s does not exist"):format(p), 0) end
-    run_checked({"cp", "-a", "--", p, dir .. "/" .. basename(p)}, "cannot copy " .. p)
+    run_checked({"cp", "-a", "--", p, anchored(dir) .. "/" .. basename(p)}, "cannot copy " .. p)
   end
 end
 
@@ -286,14 +312,13 @@ local function check_passable(uid, dir)
   end
 end
 
--- Hands the sandbox's writable directories to its uid (as root; a no-op otherwise). Done before
--- any code runs inside, so nothing can race it; later uploads set their owner themselves.
-local function give_to(uid, dirs, recursive)
+-- Hands a sandbox's writable folder (held by descriptor) to its uid (as root; a no-op
+-- otherwise). Done before any code runs inside, so nothing can race it; later uploads set
+-- their owner themselves.
+local function give_to(uid, dir, recursive)
   if not uid then return end
-  for _, d in ipairs(dirs) do
-    local ok, err = sandbox.chown_tree(d, uid, uid, recursive)
-    if not ok then error(("cannot hand the sandbox's folders to uid %d: %s"):format(uid, err), 0) end
-  end
+  local ok, err = dir:chown(uid, uid, recursive)
+  if not ok then error(("cannot hand the sandbox's folders to uid %d: %s"):format(uid, err), 0) end
 end
 
 -- A sandbox's folder is locked (flock on the folder itself) while its rlm lives: a process
@@ -306,28 +331,31 @@ local OLD_LOCK = ".owner-lock"
 local EWOULDBLOCK = 11
 local swept = false
 
-local function hold_folder(root)
+local function hold_folder(dir)
   for _ = 1, 1000 do   -- a sweeper may be looking in, for an instant
-    local lock, err, code = sys.lock(root)
-    if lock or code ~= EWOULDBLOCK then return lock, err end
+    local held, err, code = dir:lock()
+    if held or code ~= EWOULDBLOCK then return held, err end
   end
   return nil, "the folder stays locked by another process"
 end
 
--- Removes the sandbox folders whose rlm is gone (their lock can be taken). Once a process.
+-- Removes the sandbox folders in base (a folder held) whose rlm is gone (their lock can be
+-- taken). Once a process.
 local function sweep_orphans(base)
   if swept then return end
   swept = true
-  for _, name in ipairs(sys.list_dir(base) or {}) do
-    if name:match("^rlm%-sandbox%.%w+$") then
-      local dir = base .. "/" .. name
-      local old = sys.stat(dir .. "/" .. OLD_LOCK)
-      local lock = sys.lock(old and dir .. "/" .. OLD_LOCK or dir)
-      if lock then
-        if old or sys.stat(dir .. "/workspace") then sys.remove(dir, true) end
-        lock:release()
+  for _, name in ipairs(base:list() or {}) do
+    local dir = name:match("^rlm%-sandbox%.%w+$") and base:open(name)
+    local path = dir and dir:path()
+    if path then
+      local old = sys.stat(path .. "/" .. OLD_LOCK)
+      local lock = old and sys.lock(path .. "/" .. OLD_LOCK)
+      if lock or (not old and dir:lock()) then
+        if old or sys.stat(path .. "/workspace") then base:remove(name) end
       end
+      if lock then lock:release() end
     end
+    if dir then dir:close() end
   end
 end
 
@@ -336,39 +364,46 @@ end
 function M.create(opts)
   local bwrap, python, packages = tools(opts)
   local volume = opts.volume_name and M.volume_dir(opts.volume_name)
-  if sys.getuid() == 0 then   -- before anything is made there
-    local tmp = sys.getenv("TMPDIR")
-    refuse_unsafe((tmp and tmp ~= "") and tmp or "/tmp", "the sandbox folder's parent",
-                  "set TMPDIR to a folder only root can change, or unset it (/tmp)")
-    if volume then
-      -- the store: the volume itself is its sandboxes' own
-      refuse_unsafe(volume:match("^(.*)/[^/]+$"), "the volume store",
-                    "set XDG_DATA_HOME to a folder only root can change, or unset it")
-    end
+  -- Every folder handed to the sandbox is made and held by descriptor beneath base, TMPDIR's
+  -- folder as opened (and, as root, checked) once: its path (links resolved) names it after.
+  local tmp = sys.getenv("TMPDIR")
+  if tmp == "" then tmp = nil end
+  local base, why = sandbox.open_folder(tmp or "/tmp")
+  if not base then
+    error(tmp and ("TMPDIR is %s, where no folder can be made: %s"):format(tmp, why:sub(#tmp + 3))
+          or why, 0)
   end
-  local root, made_why = sys.mkdtemp("rlm-sandbox")
-  if not root then error(made_why, 0) end   -- a TMPDIR that does not exist, say
-  local base = root:match("^(.*)/[^/]+$")
-  local held, why = hold_folder(root)
+  refuse_unsafe(base, tmp or "/tmp", "the sandbox folder's parent",
+                "set TMPDIR to a folder only root can change, or unset it (/tmp)")
+  local store = volume and open_made(volume:match("^(.*)/[^/]+$"), tonumber("755", 8),
+    "the volume store", "set XDG_DATA_HOME to a folder only root can change, or unset it")
+  -- bwrap, as the sandbox's uid, mounts the folders by path: it must pass through; it cannot list.
+  local folder, name = base:make_temp("rlm-sandbox", tonumber("711", 8))
+  if not folder then
+    if store then store:close() end
+    base:close()
+    error(tmp and ("TMPDIR is %s, where no folder can be made: %s"):format(tmp, name) or name, 0)
+  end
+  local root = base:path() .. "/" .. name
+  local held
+  held, why = hold_folder(folder)
+  local owner = sandbox_owner(opts)
+  local self = setmetatable({root = root, name = name, base = base, folder = folder,
+                             bwrap = bwrap, python = python, packages = packages, opts = opts,
+                             env = opts.env or {}, network = opts.network and true or false,
+                             limits = limits.resolve(opts.limits), uid = owner or nil,
+                             volume = volume ~= nil, stderr_tail = "", dying = {}}, Sandbox)
   local function abandon(err)   -- leaves nothing behind
-    sys.remove(root, true)
-    if held then held:release() end
+    base:remove(name)
+    self:close_folders()
+    if store then store:close() end
     sweep_orphans(base)         -- orphans filling the disk must not fail every start
+    base:close()
     error(err, 0)
   end
   if not held then abandon("cannot prepare the sandbox folder: " .. tostring(why)) end
   -- Staging takes disk: orphans go first. (Otherwise after the spawn, while bwrap starts.)
   if opts.repo_url or opts.context_paths then sweep_orphans(base) end
-  -- bwrap, as the sandbox's uid, mounts the folders by path: it must pass through; it cannot list.
-  local passable
-  passable, why = sys.chmod(root, tonumber("711", 8))
-  if not passable then abandon("cannot prepare the sandbox folder: " .. why) end
-  local owner = sandbox_owner(opts)
-  local self = setmetatable({root = root, held = held, bwrap = bwrap, python = python,
-                             packages = packages, opts = opts,
-                             env = opts.env or {}, network = opts.network and true or false,
-                             limits = limits.resolve(opts.limits), uid = owner or nil,
-                             stderr_tail = "", dying = {}}, Sandbox)
   local ok, err = pcall(function()
     if owner == nil then
       if volume then self.uid = volume_uid(opts.volume_name)
@@ -376,27 +411,37 @@ function M.create(opts)
     end
     self.workspace = root .. "/workspace"
     self.memory = volume or (root .. "/memory")
-    assert(sys.mkdir_p(self.workspace, PRIVATE))
-    local made, why = sys.mkdir_p(self.memory, not volume and PRIVATE or nil)
+    self.workspace_dir = assert(folder:make("workspace", PRIVATE, true))
+    local made, why
+    if volume then made, why = store:make(opts.volume_name, tonumber("755", 8))
+    else made, why = folder:make("memory", PRIVATE, true) end
     if not made then error("cannot create the volume directory: " .. why, 0) end
+    self.memory_dir = made
     if volume and self.uid then check_passable(self.uid, volume) end
-    if opts.repo_url then stage_repo(self.workspace .. "/repo", opts.repo_url, opts.repo_ref) end
-    if opts.context_paths then stage_context(self.workspace .. "/context", opts.context_paths) end
+    if opts.repo_url then stage_repo(self.workspace_dir, opts.repo_url, opts.repo_ref) end
+    if opts.context_paths then stage_context(self.workspace_dir, opts.context_paths) end
     -- A volume keeps what earlier sandboxes wrote, already its uid's: only its top is handed
     -- over, unless it belongs to another uid (made before volumes had uids of their own).
-    give_to(self.uid, {self.workspace, not volume and self.memory or nil}, true)
-    if volume and self.uid then
-      give_to(self.uid, {self.memory}, sys.stat(self.memory).uid ~= self.uid)
-    end
+    give_to(self.uid, self.workspace_dir, true)
+    give_to(self.uid, self.memory_dir, not volume or made:stat().uid ~= self.uid)
   end)
+  if store then store:close() end
   if not ok then
     if self.uid_lock then self.uid_lock:release() end
     abandon(err)
   end
   self.allowance = math.max(self.limits.workspace,
                             (opts.repo_url or opts.context_paths or volume) and self:disk_usage() or 0)
-  self.id = "local-" .. basename(root):gsub("^rlm%-sandbox%.", "")
+  self.id = "local-" .. name:gsub("^rlm%-sandbox%.", "")
   return self
+end
+
+-- Lets go of the folders held (the sandbox's own, its workspace and memory) and its lock.
+function Sandbox:close_folders()
+  for _, key in ipairs{"workspace_dir", "memory_dir", "folder"} do
+    if self[key] then self[key]:close() end
+    self[key] = nil
+  end
 end
 
 -- The environment inside: only what we set, never the host's.
@@ -466,7 +511,8 @@ function Sandbox:command(argv)
     elseif st and st.type == "dir" then add("--ro-bind", "/" .. d, "/" .. d) end
   end
   local pass = {[FD.seccomp] = true, [FD.args] = self:hidden_args(), [FD.passwd] = PASSWD,
-                [FD.group] = GROUP}
+                [FD.group] = GROUP, [FD.workspace] = {fd = self.workspace_dir:fd()},
+                [FD.memory] = {fd = self.memory_dir:fd()}}
   add("--perms", "0444", "--file", FD.passwd, "/etc/passwd",
       "--perms", "0444", "--file", FD.group, "/etc/group")
   etc_entries(add, pass)
@@ -476,7 +522,7 @@ function Sandbox:command(argv)
       "--dev", "/dev", "--size", l.tmp, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
       "--size", l.tmp, "--tmpfs", "/tmp",
       "--size", 2 * l.output, "--tmpfs", CAPTURE_DIR,
-      "--dir", HOME, "--bind", self.workspace, WORKSPACE, "--bind", self.memory, MEMORY,
+      "--dir", HOME, "--bind-fd", FD.workspace, WORKSPACE, "--bind-fd", FD.memory, MEMORY,
       "--chdir", WORKSPACE, "--uid", "1000", "--gid", "1000", "--hostname", "sandbox")
   if self.packages then add(table.unpack(venv.mount_args(self.packages))) end
   add("--remount-ro", "/", "--")
@@ -574,7 +620,7 @@ function Sandbox:start_driver()
   self.proc = proc
   self.stderr_tail = ""   -- what an earlier driver said is not this one's
   -- Here, unless create did it: the walk then runs while bubblewrap and Python start.
-  sweep_orphans(self.root:match("^(.*)/[^/]+$"))
+  sweep_orphans(self.base)
   return true
 end
 
@@ -809,13 +855,12 @@ function Sandbox:shell(cmd, timeout)
 end
 
 -- Removes the sandbox's folder, its workspace first: a folder this could not empty keeps it,
--- and stays one that a later rlm finds unlocked and removes.
+-- and stays one that a later rlm finds unlocked and removes. By descriptor: nothing renamed or
+-- swapped for a link on the way turns the removal elsewhere.
 function Sandbox:remove_folder()
-  local ok = sys.remove(self.workspace, true)
-  if self.memory:sub(1, #self.root + 1) == self.root .. "/" then
-    ok = sys.remove(self.memory, true) and ok
-  end
-  return ok and sys.remove(self.root, true)
+  local ok = self.folder:remove("workspace")
+  if not self.volume then ok = self.folder:remove("memory") and ok end
+  return ok and self.base:remove(self.name)
 end
 
 --- Kills the driver and removes the transient directories; the volume stays. Idempotent, and
@@ -830,7 +875,8 @@ function Sandbox:destroy()
       for _, init in ipairs(self.dying) do init:ended(5) end
       self:remove_folder()
     end
-    self.held:release()
+    self:close_folders()
+    self.base:close()
     self.root = nil
   end
   if self.uid_lock then   -- the uid is free again once its last process has ended
