@@ -427,6 +427,128 @@ tests["a TMPDIR or volume store another user can write is refused, and nothing i
   T.eq(sys.list_dir(theirs), {}, "nothing made or handed over there")
 end
 
+-- Another host user (uid 65534) who may write a folder on the way to TMPDIR or the volume
+-- store: TMPDIR and XDG_DATA_HOME are links of theirs, which they keep flipping between a
+-- folder only root can change and one of their own, and in their own they keep swapping every
+-- sandbox folder (and a volume) for a link to a victim folder of root's. rlm starts sandboxes
+-- meanwhile; each starts in the safe folder or is refused, and the victim is never chowned,
+-- chmoded, written or bound.
+local RACER = [[
+import os, sys, time
+top, victim = sys.argv[1], sys.argv[2]
+att, safe = top + "/att", top + "/safe"
+def point(name, target):
+    os.symlink(target, att + "/new-" + name)
+    os.rename(att + "/new-" + name, att + "/" + name)
+def plant(path):
+    try:
+        if not os.path.islink(path):
+            os.rename(path, "%s/moved-%f" % (att, time.time()))
+    except OSError:
+        pass
+    try:
+        os.symlink(victim, path)
+        return 1
+    except OSError:
+        return 0
+flips = plants = 0
+os.makedirs(att + "/evildata/rlm/volumes")
+plants += plant(att + "/evildata/rlm/volumes/racevol")
+point("tmp", safe)
+seen = set()
+while not os.path.exists(att + "/stop"):
+    flips += 1
+    point("data", [top + "/sdata", att + "/evildata"][flips % 2])
+    for entry in sorted(set(os.listdir(safe)) - seen):
+        # a sandbox folder rlm made through the link: the same name of ours, there
+        seen.add(entry)
+        plants += plant(att + "/evil/" + entry)
+        for inner in ["/workspace", "/memory", "/workspace/context"]:
+            plants += plant(safe + "/" + entry + inner)   # refused: root's folder
+        point("tmp", att + "/evil")
+        time.sleep(0.05)
+        point("tmp", safe)
+print(flips, plants)
+]]
+
+-- Starts a sandbox (with context, or a volume, by k) that writes into its folders; what it
+-- found in them first. Raises what the start raised.
+local function start_and_write(k, context)
+  local opts = k % 3 == 1 and {context_paths = {context}} or k % 3 == 2 and {volume_name = "racevol"} or {}
+  local i <close> = rlm.interpreter(opts)
+  local out = i:execute([[
+import os
+found = sorted(os.listdir('.')) + sorted('memory/' + n for n in os.listdir('/home/daytona/memory'))
+open('written-by-sandbox', 'w').write('x')
+open('/home/daytona/memory/written-by-sandbox', 'w').write('x')
+SUBMIT(found=found)]])
+  return out.found
+end
+
+tests["another user racing links into the sandbox's folders never has a folder handed over"] = function()
+  local top = T.tmpdir()
+  local context = top .. "/context.txt"
+  assert(sys.write_file(context, "context"))
+  assert(sys.chmod(context, tonumber("644", 8)))
+  local saved = {TMPDIR = sys.getenv("TMPDIR"), XDG_DATA_HOME = sys.getenv("XDG_DATA_HOME")}
+  T.defer(function() for k, v in pairs(saved) do sys.setenv(k, v) end end)
+  local function normally(n)    -- the lower bound: sandboxes start and run as ever
+    for k = 1, n do
+      local found = start_and_write(k, context)
+      T.truthy(#found == 0 or found[1] == "context" or found[1] == "memory/written-by-sandbox",
+               "a fresh sandbox found: " .. json.encode(found))
+    end
+  end
+  if not ROOT then
+    normally(6)
+    T.skip("only root hands folders to another uid; the lower bound ran")
+  end
+  local victim = top .. "/victim"
+  for _, d in ipairs{"/safe", "/sdata", "/victim", "/att", "/att/evil"} do
+    assert(sys.mkdir_p(top .. d))
+    assert(sys.chmod(top .. d, tonumber("755", 8)))
+  end
+  assert(sys.write_file(victim .. "/keep", "victim\n"))
+  T.eq(sys.run({"chown", "-R", "65534:65534", top .. "/att"}).code, 0)
+  local racer = assert(sys.spawn{argv = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+    "/usr/bin/python3", "-c", RACER, top, victim}, stdin = "null", stdout = "pipe", stderr = "inherit"})
+  T.defer(function() racer:close() end)
+  sys.setenv("TMPDIR", top .. "/att/tmp")
+  sys.setenv("XDG_DATA_HOME", top .. "/att/data")
+  for _ = 1, 3000 do   -- its first links, or its end
+    if sys.stat(top .. "/att/tmp") or racer:status() then break end
+    sys.sleep(0.01)
+  end
+  T.truthy(sys.stat(top .. "/att/tmp"), "the racer made its links")
+  local started, refused, other = 0, 0, {}
+  for k = 1, 30 do
+    local ok, found = pcall(start_and_write, k, context)
+    if ok then
+      started = started + 1
+      T.truthy(not table.concat(found, " "):find("keep", 1, true), "the victim was bound: " .. json.encode(found))
+    elseif tostring(found):find("^refusing") then
+      refused = refused + 1
+    else
+      other[#other + 1] = tostring(found)
+    end
+  end
+  -- the same racer against sandboxes of a TMPDIR and store only root can change: all start
+  sys.setenv("TMPDIR", top .. "/safe")
+  sys.setenv("XDG_DATA_HOME", top .. "/sdata")
+  normally(6)
+  assert(sys.write_file(top .. "/att/stop", ""))
+  T.eq(sys.wait(racer, 30), "exit", "the racer ends")
+  local flips = tonumber(racer:read("stdout"):match("^(%d+)"))
+  T.truthy(flips and flips > 10, "the racer flipped the links: " .. tostring(flips))
+  T.eq(sys.list_dir(victim), {"keep"}, "entries of the victim folder")
+  T.eq(sys.read_file(victim .. "/keep"), "victim\n")
+  local st, kept = sys.stat(victim), sys.stat(victim .. "/keep")
+  T.eq({st.uid, st.mode, kept.uid, kept.mode}, {0, tonumber("755", 8), 0, tonumber("644", 8)},
+       "owner and mode of the victim folder and its file")
+  T.eq(other, {}, "starts that failed otherwise than by a refusal")
+  T.truthy(started >= 1, ("no sandbox started (%d refused)"):format(refused))
+end
+
 tests["a fork bomb at its wall in one rlm stops no sandbox of another"] = function()
   if not ROOT then T.skip("as an ordinary user, every sandbox is the user's own uid") end
   local holder = T.server({T.rlm, "run", T.lua_script(HOLDER)}, 120)
