@@ -782,6 +782,18 @@ os._exit(0)
   T.truthy(run.error and run.error:match("^SandboxError"), tostring(run.error))
 end
 
+-- A SUBMIT far past limits.submit is refused before its JSON is made: each character of this
+-- one would be escaped to six, 1.8 GB of text the sandbox's memory limit has no room for (and
+-- 10 GB of it took half a minute to encode before the cap was looked at).
+tests["a SUBMIT far past limits.submit is refused before it is encoded"] = function()
+  local i = interp{limits = {submit = "1M", memory = "1G"}}
+  local _, run = i:execute("SUBMIT(answer=['\\u00e9' * (300 << 20)])")
+  T.truthy(run.error and run.error:find("over the limit of 1048576 bytes (limits.submit)", 1, true),
+           "the error: " .. tostring(run.error))
+  local out = i:execute("SUBMIT(answer=['\\u00e9' * 1000])")   -- the lower bound
+  T.eq(out, {answer = {("\u{e9}"):rep(1000)}})
+end
+
 -- Payloads that come one byte at a time, each just in time for a timeout of its own, must not
 -- keep the host waiting past execute_timeout (or max_time): the event and its payloads share
 -- one deadline.
