@@ -127,6 +127,47 @@ print(json.dumps(res))]])
   T.eq(r.sub, "ok\n")
 end
 
+-- vsock is not namespaced: a sandbox without network could reach the host's or a VM's vsock
+-- services. Only the families Python uses (unix, inet, inet6, netlink) open; personality can
+-- only be read (a persona without address randomisation would outlive exec).
+tests["sockets of other families than unix, inet and netlink, and personality changes, are refused"] = function()
+  for _, network in ipairs{false, true} do
+    local i = interp{network = network}
+    local r = probe(i, [[
+import ctypes, json, socket
+res = {}
+for name, family, kind in [("vsock", 40, 1), ("packet", 17, 2), ("alg", 38, 5), ("bluetooth", 31, 1),
+                           ("key", 15, 3), ("tipc", 30, 2), ("rds", 21, 5), ("xdp", 44, 3),
+                           ("can", 29, 3), ("appletalk", 5, 2), ("x25", 9, 5), ("unspec", 0, 1),
+                           ("high", 46, 1)]:
+    try:
+        socket.socket(family, kind).close()
+        res[name] = "CREATED"
+    except OSError as e:
+        res[name] = e.errno
+libc = ctypes.CDLL(None, use_errno=True)
+res["persona"] = libc.syscall(135, 0xffffffff)
+res["no_randomize"] = [libc.syscall(135, 0x0040000), ctypes.get_errno()]
+res["high_bits"] = [libc.syscall(135, 0x80040000), ctypes.get_errno()]
+res["after"] = libc.syscall(135, 0xffffffff)
+res["linux"] = libc.syscall(135, 0)
+opened = []
+for family, kind in [(socket.AF_UNIX, 1), (socket.AF_INET, 1), (socket.AF_INET6, 2), (16, 3)]:
+    socket.socket(family, kind).close()
+    opened.append(family)
+res["opened"] = opened
+print(json.dumps(res))]])
+    for _, name in ipairs{"vsock", "packet", "alg", "bluetooth", "key", "tipc", "rds", "xdp", "can",
+                          "appletalk", "x25", "unspec", "high"} do
+      T.eq(r[name], 1, ("network=%s: socket family %s (EPERM expected)"):format(network, name))
+    end
+    T.eq(r.no_randomize, {-1, 1}, "personality(ADDR_NO_RANDOMIZE)")
+    T.eq(r.high_bits, {-1, 1}, "personality(0x80040000)")
+    T.eq({r.persona, r.after, r.linux}, {0, 0, 0}, "the persona read, unchanged, and PER_LINUX set")
+    T.eq(r.opened, {1, 2, 10, 16}, "the families Python needs")
+  end
+end
+
 -- 2. Inherited descriptors ---------------------------------------------------------------------
 
 -- What the code finds on every descriptor number: the readlink target of each open one, and
