@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tree.h"
@@ -18,6 +19,37 @@
 
 static int remove_entries(int top, int dfd, int depth, unsigned *moved);
 
+/* Opens folder name of dfd to empty it, never through a link. A folder of this process's own
+ * user that it may not list or change (code that took the permissions off its own folders,
+ * as an ordinary user's sandbox may) gets them back first: the owner may always chmod, here
+ * through an O_PATH descriptor (/proc/self/fd), which needs no permission on the folder. */
+static int open_to_empty(int dfd, const char *name)
+{
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0) {
+        if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 0700) != 0700)
+            fchmod(fd, (st.st_mode & 07777) | 0700);
+        return fd;
+    }
+    if (errno != EACCES)
+        return -1;
+    int path = openat(dfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (path < 0)
+        return -1;
+    char proc[32];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", path);
+    if (fstat(path, &st) == 0 && st.st_uid == geteuid() &&
+        chmod(proc, (st.st_mode & 07777) | 0700) == 0)
+        fd = open(proc, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    else
+        errno = EACCES;
+    int e = errno;
+    close(path);
+    errno = e;
+    return fd;
+}
+
 /* Removes entry name of folder dfd, whatever it is (ENOENT: already gone). */
 static int remove_at(int top, int dfd, const char *name, int depth, unsigned *moved)
 {
@@ -31,7 +63,7 @@ static int remove_at(int top, int dfd, const char *name, int depth, unsigned *mo
             snprintf(up, sizeof up, ".rlm-deep-%u", (*moved)++);
             return renameat(dfd, name, top, up) == 0 || errno == ENOENT ? 0 : -1;
         }
-        int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int fd = open_to_empty(dfd, name);
         if (fd < 0) {
             if (errno == ENOENT)
                 return 0;
@@ -75,7 +107,7 @@ static int remove_entries(int top, int dfd, int depth, unsigned *moved)
 
 int tree_remove_at(int dirfd, const char *name)
 {
-    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = open_to_empty(dirfd, name);
     if (fd < 0) {
         if (errno == ENOENT)
             return 0;

@@ -949,6 +949,30 @@ time.sleep(0.1)
   end
 end
 
+-- As an ordinary user the workspace and what the code makes in it are the user's own, and the
+-- code may take every permission off them: rlm still removes them all when the sandbox ends.
+tests["code that takes the permissions off its folders leaves no sandbox folder behind"] = function()
+  local i = rlm.interpreter{}
+  local _, run = i:execute([[
+import os
+os.makedirs('a/b/c')
+open('a/b/c/f', 'w').write('x')
+os.makedirs('readonly/d')
+open('readonly/g', 'w').write('y')
+os.chmod('a/b', 0)
+os.chmod('a', 0o100)
+os.chmod('readonly', 0o500)
+os.makedirs('/home/daytona/memory/closed/x')
+os.chmod('/home/daytona/memory/closed', 0)
+os.chmod('.', 0)
+]])
+  T.eq(run.error, nil)
+  local root = i.sandbox.root
+  T.truthy(sys.stat(root .. "/workspace"), "the workspace is there before the end")
+  i:shutdown()
+  T.eq(sys.stat(root), nil, "the sandbox's folder is left behind")
+end
+
 -- A local repository cloned with git's hard links would share .git/objects' inodes with the
 -- host's repository; handed to the sandbox's uid, they could be chmod-ed and rewritten. The
 -- clone makes copies, and files with other links are never handed over.
