@@ -678,12 +678,17 @@ tests["a 1 GB flood on each of the driver's descriptors leaves rlm's memory flat
   local peak, out = child_peak([[
 local i <close> = require("rlm").interpreter{}
 -- The driver's real stderr and its protocol descriptor are the pipes it writes; it dups stderr
--- first (driver.py main), so the lower one is stderr: flooded first, then the protocol.
+-- first (driver.py main), so the lower one is stderr, flooded from a thread (rlm reads it only
+-- so fast, so it blocks) while the protocol is flooded.
 local _, run = i:execute(WRITABLE_PIPES .. [=[
+import threading
 chunk = b"x" * (1 << 20)
-for fd in writable_pipes():
+def flood(fd):
     for _ in range(1024):
         os.write(fd, chunk)
+stderr, protocol = writable_pipes()
+threading.Thread(target=flood, args=(stderr,), daemon=True).start()
+flood(protocol)
 ]=])
 print("ERROR " .. tostring(run.error))
 print("LOST " .. tostring(run.state_lost))
@@ -693,6 +698,35 @@ print("AFTER " .. tostring(after and after.answer))]])
   T.contains(out, "LOST true")
   T.contains(out, "AFTER 5", "the interpreter after the flood")
   T.truthy(peak < 100 << 20, ("rlm's peak RSS was %d MiB"):format(peak >> 20))
+end
+
+-- The driver's real stderr is the code's to write too (it keeps only the last 64 KiB): a block
+-- that floods it for its whole length must not keep rlm reading at a full core meanwhile.
+tests["a stderr flood through a block costs rlm little CPU, and the last words still come"] = function()
+  local _, out = child_peak([[
+local sys = require "rlm.sys"
+local i <close> = require("rlm").interpreter{}
+i:execute("SUBMIT(answer=0)")
+local cpu, wall = sys.cpu_time(), sys.now()
+local _, run = i:execute(WRITABLE_PIPES .. [=[
+import time
+err = list(writable_pipes())[0]
+chunk = b"e" * 65536
+end = time.monotonic() + 3
+while time.monotonic() < end:
+    os.write(err, chunk)
+os.write(err, b"LAST WORDS\n")
+os._exit(3)
+]=])
+print(("SHARE %.3f"):format((sys.cpu_time() - cpu) / (sys.now() - wall)))
+print("WALL " .. (sys.now() - wall))
+print("ERROR " .. tostring(run.error))
+print("AFTER " .. tostring(i:execute("SUBMIT(answer=5)").answer))]])
+  local share = tonumber(out:match("SHARE ([%d.]+)"))
+  T.truthy(share and share < 0.05, "rlm's share of a core while the block flooded stderr: " .. out)
+  T.truthy(tonumber(out:match("WALL ([%d.]+)")) >= 3, "the block ran its length: " .. out)
+  T.contains(out, "LAST WORDS", "the driver's last words in the error")
+  T.contains(out, "AFTER 5", "the interpreter after the flood")
 end
 
 -- Sends `line` on every pipe the driver writes to the host, then ends the driver, as hostile

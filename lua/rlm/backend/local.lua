@@ -45,6 +45,9 @@ local INSTALL = "install them with `sudo apt-get install bubblewrap python3`"
 local STDERR_KEEP = 4096
 -- What the host buffers of the driver's real stderr (bwrap's and Python's own complaints).
 local STDERR_BUFFER = 64 * 1024
+-- ... and how fast it reads it at most: the code can write there too, and a flood read as fast
+-- as it comes kept rlm at a full core for the whole block (the code blocks instead).
+local STDERR_RATE = 10 * STDERR_BUFFER   -- a second
 -- The capture files of stdout and stderr live here, on a tmpfs of their own (limits.output).
 local CAPTURE_DIR = "/run/rlm"
 -- The uids of root's sandboxes, as a subordinate-uid allocator hands out ranges: from
@@ -614,7 +617,7 @@ function Sandbox:start_driver()
   o.stdin, o.stdout, o.stderr = "pipe", "pipe", "pipe"
   o.pipe_size = PIPE_SIZE
   self.max_line = limits.event_bytes(self.limits, self.opts.max_output_chars or 10000)
-  o.max_line, o.max_stderr = self.max_line, STDERR_BUFFER
+  o.max_line, o.max_stderr, o.stderr_rate = self.max_line, STDERR_BUFFER, STDERR_RATE
   local proc, err = sys.spawn(o)
   if not proc then error("cannot start the sandbox: " .. err, 0) end
   self.proc = proc
