@@ -16,7 +16,9 @@
 --     sandbox), so the user namespace maps the sandbox's uid 1000 to that uid, not to 0, and
 --     its process limit counts that sandbox's processes only (see SANDBOX_UIDS);
 --   * as root, the folders handed to a sandbox (TMPDIR's, the volume store) lie under parents
---     no other user can change: one another user could write is refused;
+--     no other user can change: one another user could write is refused; every folder handed
+--     over is made, handed over, bound and removed through descriptors (rlm.core.sandbox
+--     open_folder), never by a path a link swapped in could turn elsewhere;
 --   * no capabilities (--cap-drop ALL), no further user namespaces (--disable-userns), and a
 --     seccomp filter (rlm.core.sandbox) against the kernel surface Python never needs;
 --   * only fds 0-2 and the ones handed over reach bwrap (rlm.core.proc spawn), and bwrap runs
