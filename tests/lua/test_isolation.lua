@@ -532,7 +532,10 @@ tests["another user racing links into the sandbox's folders never has a folder h
   assert(sys.write_file(context, "context"))
   assert(sys.chmod(context, tonumber("644", 8)))
   local saved = {TMPDIR = sys.getenv("TMPDIR"), XDG_DATA_HOME = sys.getenv("XDG_DATA_HOME")}
-  T.defer(function() for k, v in pairs(saved) do sys.setenv(k, v) end end)
+  T.defer(function()   -- both, set or not (pairs would skip one that was not)
+    sys.setenv("TMPDIR", saved.TMPDIR)
+    sys.setenv("XDG_DATA_HOME", saved.XDG_DATA_HOME)
+  end)
   local function normally(n)    -- the lower bound: sandboxes start and run as ever
     for k = 1, n do
       local found = start_and_write(k, context)
