@@ -11,6 +11,8 @@
  *          {[fd] = {file = path}}  ... or the regular file at path, opened read-only (a failed
  *                                  open fails the spawn; with optional = true the child
  *                                  reads nothing instead)
+ *          {[fd] = {fd = n}}       ... or a copy of rlm's own descriptor n (a folder opened
+ *                                  without following links, for bwrap's --bind-fd)
  *   uid, gid            the child drops to them (and to no supplementary groups) before exec;
  *                       a uid needs a gid
  *   rlimits = {as=, data=, nproc=, nofile=, fsize=, core=, stack=}   soft and hard, in the child
@@ -18,6 +20,8 @@
  *                       until Lua takes it), and a line past N bytes stops the reading:
  *                       p:overflowed() is then true. Without it stdout is read unbounded.
  *   max_stderr = N      only the last N bytes of stderr are kept
+ *   stderr_rate = N     stderr is read at most N bytes a second: a child that writes more
+ *                       blocks (what its pipe holds is taken by p:read("stderr") at once)
  *   pipe_size = N       asks for stdin and stdout pipes of N bytes (fewer wake-ups for big
  *                       transfers; the kernel may give less)
  * p:write(s, ...) holds the strings by reference until written, never copying them; p:expect(n) then
@@ -26,6 +30,7 @@
  * its pipes, without waiting for its end (the killed child is reaped later). */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -108,6 +113,10 @@ struct process {
     int unwatched;               /* paused, and stdout taken off the loop (see pause_stdout) */
     int eof[2], exited, wstatus;
     lua_Integer id;
+    lua_Integer err_timer;       /* stderr rests until it fires (see rest_stderr); 0: reading */
+    double err_window;           /* when stderr's current window began (loop_now_ms) */
+    size_t err_taken;            /* stderr bytes read in it */
+    size_t stderr_rate;          /* bytes a second stderr is read at most; 0: unbounded */
 };
 
 static struct process *check_process(lua_State *L, int arg)
@@ -216,6 +225,57 @@ static void read_payload(struct process *p, int fd)
     loop_ready(p->lp, p->id);
 }
 
+/* A process spawned with stderr_rate has at most that many bytes of stderr a second read, a
+ * tenth in each STDERR_WINDOW_MS: a child flooding it would otherwise keep rlm reading at a
+ * full core for as long as it likes. The child blocks on the full pipe instead, until the
+ * window has passed; p:read("stderr") takes what the pipe holds at once. */
+#define STDERR_WINDOW_MS 100.0
+
+static void on_stderr_rested(void *ud)
+{
+    struct process *p = ud;
+    p->err_timer = 0;
+    if (p->fds[ERR] >= 0)
+        loop_watch(p->lp, p->fds[ERR], POLLIN, on_output, p);
+}
+
+/* Counts n bytes of stderr; 1 when its window's share is used up and it now rests. */
+static int rest_stderr(struct process *p, size_t n)
+{
+    if (p->stderr_rate == 0 || p->err_timer)
+        return 0;
+    double now = loop_now_ms();
+    if (now - p->err_window >= STDERR_WINDOW_MS) {
+        p->err_window = now;
+        p->err_taken = 0;
+    }
+    p->err_taken += n;
+    if (p->err_taken < p->stderr_rate * STDERR_WINDOW_MS / 1000)
+        return 0;
+    p->err_timer = loop_timer_add(p->lp, p->err_window + STDERR_WINDOW_MS, on_stderr_rested, p);
+    if (p->err_timer)
+        loop_unwatch(p->lp, p->fds[ERR]);
+    return p->err_timer != 0;
+}
+
+/* Reads what stderr holds now, keeping its tail, up to 16 reads; stops early when it is to
+ * rest. */
+static void read_stderr(struct process *p, int fd)
+{
+    char chunk[65536];
+    for (int reads = 0; reads < 16 && p->fds[ERR] >= 0; reads++) {
+        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n > 0) {
+            buf_add(&p->out[ERR], chunk, (size_t)n);
+            bound_stderr(p);
+            if (rest_stderr(p, (size_t)n))
+                break;
+        } else if (!read_again(p, ERR, n)) {
+            break;
+        }
+    }
+}
+
 static void on_output(void *ud, int fd, short revents)
 {
     struct process *p = ud;
@@ -229,6 +289,13 @@ static void on_output(void *ud, int fd, short revents)
         p->unwatched = 1;
         return;
     }
+    if (which == ERR) {
+        read_stderr(p, fd);
+        /* only its end wakes Lua when just the tail is kept: nothing waits for the bytes */
+        if (p->max_stderr == 0 || p->eof[ERR])
+            loop_ready(p->lp, p->id);
+        return;
+    }
     char chunk[65536];
     /* At most 1 MiB a wake-up: a child that writes as fast as we read must not keep us here,
      * and Lua gets to look at what came (and stop the child) between wake-ups. */
@@ -236,10 +303,6 @@ static void on_output(void *ud, int fd, short revents)
         ssize_t n = read(fd, chunk, sizeof chunk);
         if (n > 0) {
             buf_add(&p->out[which], chunk, (size_t)n);
-            if (which == ERR) {
-                bound_stderr(p);
-                continue;
-            }
             bound_stdout(p, chunk, (size_t)n);
             if (p->paused)
                 break;
@@ -428,6 +491,9 @@ static void process_release(struct process *p)
         if (!p->exited)
             leave_unreaped(p);
     }
+    if (p->err_timer)
+        loop_timer_cancel(p->lp, p->err_timer);
+    p->err_timer = 0;
     close_fd(p, &p->in_fd);
     close_fd(p, &p->fds[OUT]);
     close_fd(p, &p->fds[ERR]);
@@ -583,8 +649,19 @@ static int read_pass(lua_State *L, int opts, struct child_setup *cs)
                 lua_pushfstring(L, "spawn: cannot pass %s", path);
                 errno = e;
             }
+        } else if (why == NULL && lua_istable(L, -2) &&   /* above it: its file field, nil */
+                   (lua_pop(L, 1), lua_pushliteral(L, "fd"), lua_rawget(L, -2)) == LUA_TNUMBER) {
+            /* a descriptor rlm holds (a folder opened without following links): its copy */
+            lua_Integer own = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : -1;
+            src = own < 0 || own > INT_MAX ? (errno = EBADF, -1)
+                                           : fcntl((int)own, F_DUPFD_CLOEXEC, 3);
+            if (src < 0) {
+                int e = errno;
+                lua_pushfstring(L, "spawn: cannot pass descriptor %I", own);
+                errno = e;
+            }
         } else if (why == NULL) {
-            why = "spawn: each pass value must be a string or {file = path}";
+            why = "spawn: each pass value must be a string, {file = path} or {fd = n}";
         }
         if (why) {
             close_passed(cs);
@@ -710,6 +787,7 @@ static int l_spawn(lua_State *L)
     read_rlimits(L, 1, &cs);
     size_t max_line = (size_t)opt_count(L, 1, "max_line", 0);
     size_t max_stderr = (size_t)opt_count(L, 1, "max_stderr", 0);
+    size_t stderr_rate = (size_t)opt_count(L, 1, "stderr_rate", 0);
     int pipe_size = (int)opt_count(L, 1, "pipe_size", 0);
     if (read_pass(L, 1, &cs) != 0)
         return fail_errno(L, lua_tostring(L, -1));
@@ -724,6 +802,7 @@ static int l_spawn(lua_State *L)
     p->id = loop_new_id(lp);
     p->max_line = max_line;
     p->max_stderr = max_stderr;
+    p->stderr_rate = stderr_rate;
     luaL_setmetatable(L, PROCESS);
 
     /* child ends: [0] stdin, [1] stdout, [2] stderr; -1 inherit, -2 stderr to stdout */
@@ -885,6 +964,8 @@ static int p_read(lua_State *L)
     struct process *p = check_process(L, 1);
     release_written(L, p);
     int which = stream_arg(L, 2);
+    if (which == ERR && p->err_timer && p->fds[ERR] >= 0)
+        read_stderr(p, p->fds[ERR]);      /* resting: what the pipe holds, its last words */
     struct buf *b = &p->out[which];
     size_t start = which == OUT ? p->out_start : 0;
     lua_pushlstring(L, b->data ? b->data + start : "", b->len - start);

@@ -11,6 +11,18 @@
  *   mount_tmpfs(path, bytes, inodes) -> true | nil, err, errno   (after private_mounts)
  *   unmount(path) -> true | nil, err, errno   that mount and those beneath, lazily
  *   space(path) -> used, size | nil, err, errno   of the file system at path, in blocks' bytes
+ *   open_folder(path) -> folder | nil, err, errno   a folder held by its descriptor:
+ *     f:path() -> where it is now, links resolved      f:fd() -> its descriptor (spawn's pass)
+ *     f:ancestry() -> {{path=, uid=, mode=}, ...}     it and each folder above it, up to /
+ *     f:make(name, mode[, exclusive]) -> folder        made (mode exactly) or, unless exclusive,
+ *                                                      opened; never through a link
+ *     f:make_temp(prefix, mode) -> folder, name        a new folder prefix.XXXXXX
+ *     f:open(name) -> folder    f:stat() -> {uid=, mode=}    f:chmod(mode)
+ *     f:chown(uid, gid[, recursive])                   as chown_tree, from the descriptor
+ *     f:lock() -> true | nil, err, errno               flock, held until f:close()
+ *     f:remove(name) -> true | nil, err, errno         the entry and its tree, links not followed
+ *     f:list() -> names, sorted      f:close()
+ *     (all but path, fd and close return nil, err, errno when the system refuses)
  *
  * The host reads and writes inside a sandbox's folders while code in the sandbox may swap any
  * directory for a symbolic link at any moment. Checking a path and then using it by name loses
@@ -25,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -35,7 +48,9 @@
 
 #include "buf.h"
 #include "mounts.h"
+#include "host.h"
 #include "seccomp.h"
+#include "tree.h"
 
 /* Deeper trees are not listed or measured further: each level holds a descriptor open. */
 #define MAX_DEPTH 128
@@ -524,24 +539,35 @@ static int l_usage(lua_State *L)
     return 1;
 }
 
-/* Hands root and everything beneath it (on the same file system, as deep as MAX_DEPTH; only
- * root when the 4th argument is false) to uid:gid without following links: in-process, where
- * `chown -R` cost a process per sandbox. */
+/* Hands the folder fd and everything beneath it (on the same file system, as deep as
+ * MAX_DEPTH; only the folder unless recursive) to uid:gid without following links: in-process,
+ * where `chown -R` cost a process per sandbox. 0, or the first failure's errno. */
+static int give_tree(int fd, uid_t uid, gid_t gid, int recursive)
+{
+    struct walk w = {.visit = give_entry, .uid = uid, .gid = gid};
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return errno;
+    w.dev = st.st_dev;
+    if (fchown(fd, uid, gid) != 0)
+        w.err = errno;
+    if (recursive)
+        walk_dir(&w, fd, "", 0);
+    return w.err;
+}
+
 static int l_chown_tree(lua_State *L)
 {
     const char *root = luaL_checkstring(L, 1);
-    struct walk w = {.visit = give_entry, .uid = (uid_t)luaL_checkinteger(L, 2),
-                     .gid = (gid_t)luaL_checkinteger(L, 3)};
+    struct walk w = {0};
     int fd = open_walk_root(root, ".", &w);
     if (fd < 0)
         return fail(L, root, errno);
-    if (fchown(fd, w.uid, w.gid) != 0)
-        w.err = errno;
-    if (lua_isnone(L, 4) || lua_toboolean(L, 4))
-        walk_dir(&w, fd, "", 0);
+    int e = give_tree(fd, (uid_t)luaL_checkinteger(L, 2), (gid_t)luaL_checkinteger(L, 3),
+                      lua_isnone(L, 4) || lua_toboolean(L, 4));
     close(fd);
-    if (w.err)
-        return fail(L, root, w.err);
+    if (e)
+        return fail(L, root, e);
     lua_pushboolean(L, 1);
     return 1;
 }
@@ -589,16 +615,289 @@ static int l_space(lua_State *L)
     return 2;
 }
 
+/* ---------- folders held by descriptor ---------- */
+
+/* A folder that is handed to a sandbox (made, handed over, bound, removed) is held by its
+ * descriptor from the moment it is opened: a name that is swapped for a link afterwards, by
+ * whoever may write a folder above it, changes nothing that is done through the descriptor.
+ * Each child is made and opened beneath its parent's descriptor with O_NOFOLLOW. */
+#define FOLDER "rlm.sandbox.folder"
+
+static int *check_folder(lua_State *L)
+{
+    int *fd = luaL_checkudata(L, 1, FOLDER);
+    if (*fd < 0)
+        luaL_error(L, "the folder is closed");
+    return fd;
+}
+
+/* Pushes a folder userdata holding fd (which it owns from then on). */
+static void push_folder(lua_State *L, int fd)
+{
+    int *slot = lua_newuserdatauv(L, sizeof *slot, 0);
+    *slot = fd;
+    luaL_setmetatable(L, FOLDER);
+}
+
+static int folder_close(lua_State *L)
+{
+    int *fd = luaL_checkudata(L, 1, FOLDER);
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+    return 0;
+}
+
+/* A name of the folder itself, never a path: no '/', not "", "." or "..". */
+static const char *check_name(lua_State *L, int arg)
+{
+    const char *name = luaL_checkstring(L, arg);
+    luaL_argcheck(L, *name && !strchr(name, '/') && strcmp(name, ".") != 0 &&
+                     strcmp(name, "..") != 0, arg, "a name within the folder, not a path");
+    return name;
+}
+
+static int l_open_folder(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    int fd = open_root(path);
+    if (fd < 0)
+        return fail(L, path, errno);
+    push_folder(L, fd);
+    return 1;
+}
+
+/* The path the kernel has for descriptor fd, pushed; nil when it has none. */
+static void push_fd_path(lua_State *L, int fd)
+{
+    char link[32], path[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path);
+    if (n > 0 && (size_t)n < sizeof path && path[0] == '/')
+        lua_pushlstring(L, path, (size_t)n);
+    else
+        lua_pushnil(L);
+}
+
+static int folder_path(lua_State *L)
+{
+    push_fd_path(L, *check_folder(L));
+    return 1;
+}
+
+static int folder_fd(lua_State *L)
+{
+    lua_pushinteger(L, *check_folder(L));
+    return 1;
+}
+
+static void push_owner(lua_State *L, const struct stat *st)
+{
+    lua_createtable(L, 0, 3);
+    lua_pushinteger(L, st->st_uid);
+    lua_setfield(L, -2, "uid");
+    lua_pushinteger(L, st->st_mode & 07777);
+    lua_setfield(L, -2, "mode");
+}
+
+static int folder_stat(lua_State *L)
+{
+    struct stat st;
+    if (fstat(*check_folder(L), &st) != 0)
+        return fail(L, "stat", errno);
+    push_owner(L, &st);
+    return 1;
+}
+
+/* The folder and each one above it, walked up through ".." from the descriptor (not by name,
+ * so it is the folder actually held), up to the root; paths from the held folder's own. */
+static int folder_ancestry(lua_State *L)
+{
+    int held = *check_folder(L);
+    char path[4096];
+    push_fd_path(L, held);
+    snprintf(path, sizeof path, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+    lua_pop(L, 1);
+    lua_newtable(L);
+    int cur = fcntl(held, F_DUPFD_CLOEXEC, 0);
+    for (lua_Integer n = 1; cur >= 0; n++) {
+        struct stat st, up;
+        int parent = openat(cur, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        int ok = parent >= 0 && fstat(cur, &st) == 0 && fstat(parent, &up) == 0;
+        int e = errno;
+        close(cur);
+        if (!ok) {
+            if (parent >= 0)
+                close(parent);
+            return fail(L, "ancestry", e);
+        }
+        push_owner(L, &st);
+        lua_pushstring(L, path);
+        lua_setfield(L, -2, "path");
+        lua_rawseti(L, -2, n);
+        cur = parent;
+        if (up.st_dev == st.st_dev && up.st_ino == st.st_ino) {
+            close(cur);                   /* ".." of the root is the root */
+            return 1;
+        }
+        char *slash = strrchr(path, '/');
+        if (slash)
+            *(slash == path ? slash + 1 : slash) = '\0';
+    }
+    return fail(L, "ancestry", errno);
+}
+
+/* Opens child name of dirfd as a folder, never through a link. */
+static int open_child(int dirfd, const char *name)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && (errno == ENOTDIR || errno == ELOOP) && link_errno(dirfd, name, errno) == ELOOP)
+        errno = ELOOP;
+    return fd;
+}
+
+static int folder_open(lua_State *L)
+{
+    int dir = *check_folder(L);
+    const char *name = check_name(L, 2);
+    int fd = open_child(dir, name);
+    if (fd < 0)
+        return fail(L, name, errno);
+    push_folder(L, fd);
+    return 1;
+}
+
+/* Makes child name of dirfd with exactly mode (no umask) and opens it; 1 when made, 0 when it
+ * was there (and exclusive is 0), -1 with errno. */
+static int make_child(int dirfd, const char *name, mode_t mode, int exclusive, int *out)
+{
+    int made = mkdirat(dirfd, name, mode) == 0;
+    if (!made && (errno != EEXIST || exclusive))
+        return -1;
+    *out = open_child(dirfd, name);
+    if (*out < 0)
+        return -1;
+    if (made && fchmod(*out, mode) != 0) {
+        int e = errno;
+        close(*out);
+        errno = e;
+        return -1;
+    }
+    return made;
+}
+
+static int folder_make(lua_State *L)
+{
+    int dir = *check_folder(L);
+    const char *name = check_name(L, 2);
+    mode_t mode = (mode_t)luaL_checkinteger(L, 3);
+    int fd;
+    if (make_child(dir, name, mode, lua_toboolean(L, 4), &fd) < 0)
+        return fail(L, name, errno);
+    push_folder(L, fd);
+    return 1;
+}
+
+static int folder_make_temp(lua_State *L)
+{
+    int dir = *check_folder(L);
+    const char *prefix = check_name(L, 2);
+    mode_t mode = (mode_t)luaL_checkinteger(L, 3);
+    static const char letters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    char name[256];
+    for (int tries = 0; tries < 100; tries++) {
+        unsigned char r[6];
+        if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
+            return fail(L, "getrandom", errno);
+        char suffix[7];
+        for (int i = 0; i < 6; i++)
+            suffix[i] = letters[r[i] % (sizeof letters - 1)];
+        suffix[6] = '\0';
+        snprintf(name, sizeof name, "%.240s.%s", prefix, suffix);
+        int fd;
+        if (make_child(dir, name, mode, 1, &fd) >= 0) {
+            push_folder(L, fd);
+            lua_pushstring(L, name);
+            return 2;
+        }
+        if (errno != EEXIST)
+            return fail(L, name, errno);
+    }
+    return fail(L, prefix, EEXIST);
+}
+
+static int folder_chmod(lua_State *L)
+{
+    if (fchmod(*check_folder(L), (mode_t)luaL_checkinteger(L, 2)) != 0)
+        return fail(L, "chmod", errno);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int folder_chown(lua_State *L)
+{
+    int e = give_tree(*check_folder(L), (uid_t)luaL_checkinteger(L, 2),
+                      (gid_t)luaL_checkinteger(L, 3), lua_isnone(L, 4) || lua_toboolean(L, 4));
+    if (e)
+        return fail(L, "chown", e);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int folder_lock(lua_State *L)
+{
+    if (flock(*check_folder(L), LOCK_EX | LOCK_NB) != 0)
+        return fail(L, "lock", errno);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int folder_remove(lua_State *L)
+{
+    int dir = *check_folder(L);
+    const char *name = check_name(L, 2);
+    if (tree_remove_at(dir, name) != 0)
+        return fail(L, name, errno);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int folder_list(lua_State *L)
+{
+    size_t n = 0;
+    char **names = sorted_names(*check_folder(L), &n);
+    if (names == NULL)
+        return fail(L, "list", errno);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_pushstring(L, names[i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    free_names(names, n);
+    return 1;
+}
+
+static const luaL_Reg folder_methods[] = {
+    {"path", folder_path},   {"fd", folder_fd},       {"ancestry", folder_ancestry},
+    {"stat", folder_stat},   {"open", folder_open},   {"make", folder_make},
+    {"make_temp", folder_make_temp}, {"chmod", folder_chmod}, {"chown", folder_chown},
+    {"lock", folder_lock},   {"remove", folder_remove}, {"list", folder_list},
+    {"close", folder_close}, {NULL, NULL}};
+
+static const luaL_Reg folder_metamethods[] = {
+    {"__gc", folder_close}, {"__close", folder_close}, {"__index", NULL}, {NULL, NULL}};
+
 static const luaL_Reg sandbox_funcs[] = {
     {"seccomp_filter", l_seccomp_filter}, {"read_beneath", l_read_beneath},
     {"write_beneath", l_write_beneath},   {"list_beneath", l_list_beneath},
     {"usage", l_usage},                   {"chown_tree", l_chown_tree},
     {"private_mounts", l_private_mounts}, {"mount_tmpfs", l_mount_tmpfs},
     {"unmount", l_unmount},               {"space", l_space},
-    {NULL, NULL}};
+    {"open_folder", l_open_folder},       {NULL, NULL}};
 
 int luaopen_rlm_core_sandbox(lua_State *L)
 {
+    host_newclass(L, FOLDER, folder_metamethods, folder_methods);
     luaL_newlib(L, sandbox_funcs);
     return 1;
 }

@@ -34,6 +34,7 @@
 #include "fnv.h"
 #include "host.h"
 #include "loop.h"
+#include "tree.h"
 
 extern char **environ;
 
@@ -325,101 +326,10 @@ static int l_stat(lua_State *L)
     return 1;
 }
 
-/* Removing a tree that a sandbox's code could still be changing (its workspace) must never
- * follow a symbolic link: by path, a folder emptied and then swapped for a link to a host
- * folder would have rlm (root, often) delete that host folder's files. So each folder is opened
- * by descriptor with O_NOFOLLOW and its entries removed relative to it (unlinkat): a link swapped
- * in anywhere is removed as a link. A folder deeper than REMOVE_DEPTH is first moved up to the
- * top (renameat), so a tree of any depth costs at most REMOVE_DEPTH open descriptors. */
-#define REMOVE_DEPTH 32
-
-static int remove_entries(int top, int dfd, int depth, unsigned *moved);
-
-/* Removes entry name of folder dfd, whatever it is (ENOENT: already gone). */
-static int remove_at(int top, int dfd, const char *name, int depth, unsigned *moved)
-{
-    for (int tries = 0; tries < 3; tries++) {
-        if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
-            return 0;
-        if (errno != EISDIR && errno != EPERM)
-            return -1;
-        if (depth >= REMOVE_DEPTH) {
-            char up[32];
-            snprintf(up, sizeof up, ".rlm-deep-%u", (*moved)++);
-            return renameat(dfd, name, top, up) == 0 || errno == ENOENT ? 0 : -1;
-        }
-        int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0) {
-            if (errno == ENOENT)
-                return 0;
-            if (errno == ELOOP || errno == ENOTDIR)
-                continue;             /* no longer a folder: unlink it as what it is now */
-            return -1;
-        }
-        int r = remove_entries(top, fd, depth + 1, moved);
-        close(fd);
-        if (r != 0)
-            return -1;
-        return unlinkat(dfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -1;
-    }
-    return -1;
-}
-
-static int remove_entries(int top, int dfd, int depth, unsigned *moved)
-{
-    int own = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
-    DIR *d = own >= 0 ? fdopendir(own) : NULL;
-    if (d == NULL) {
-        if (own >= 0)
-            close(own);
-        return -1;
-    }
-    rewinddir(d);                 /* a dup shares the offset: the top is read more than once */
-    int r = 0, e = 0;
-    struct dirent *ent;
-    while ((ent = readdir(d)) != NULL) {
-        if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
-            continue;
-        if (remove_at(top, dfd, ent->d_name, depth, moved) != 0 && r == 0) {
-            r = -1;
-            e = errno;
-        }
-    }
-    closedir(d);
-    errno = e;
-    return r;
-}
-
-static int remove_tree(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            return 0;
-        if (errno != ELOOP && errno != ENOTDIR)
-            return -1;
-        return unlink(path) == 0 || errno == ENOENT ? 0 : -1;
-    }
-    /* Folders moved up from the depth come back to the top: passes until it is empty. */
-    unsigned moved = 0, before;
-    int r;
-    do {
-        before = moved;
-        r = remove_entries(fd, fd, 0, &moved);
-    } while (r == 0 && moved != before);
-    int e = errno;
-    close(fd);
-    if (r != 0) {
-        errno = e;
-        return -1;
-    }
-    return rmdir(path);
-}
-
 static int l_remove(lua_State *L)
 {
     const char *path = luaL_checkstring(L, 1);
-    int r = lua_toboolean(L, 2) ? remove_tree(path) : remove(path);
+    int r = lua_toboolean(L, 2) ? tree_remove_at(AT_FDCWD, path) : remove(path);
     if (r != 0)
         return fail_errno(L, path);
     lua_pushboolean(L, 1);

@@ -42,6 +42,43 @@ static const unsigned long namespace_flags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLON
 /* Injecting input into the controlling terminal, or reaching the console through it. */
 static const unsigned long terminal_ioctls[] = {TIOCSTI, TIOCLINUX};
 
+/* Socket families: Python needs unix (1), inet (2), inet6 (10) and netlink (16, for its
+ * interfaces); every other is refused, vsock (40) above all: it is not namespaced, so a
+ * sandbox without network could reach the host's vsock services. A rule compares one value,
+ * so the families below netlink are listed and those above refused by one comparison. */
+static const unsigned long refused_families[] = {0, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15};
+#define LAST_FAMILY 16
+
+/* personality(2) may only read the persona (0xffffffff) or set PER_LINUX (0): a persona without
+ * address randomisation (or with READ_IMPLIES_EXEC) would outlive exec. A rule compares one
+ * value, but a 32-bit value other than all zeros or all ones has, going round its bits, a set
+ * bit followed by a clear one: one rule per such pair refuses exactly the rest. */
+static int add_personality_rules(scmp_filter_ctx ctx)
+{
+    int r = 0;
+    for (unsigned bit = 0; r == 0 && bit < 32; bit++) {
+        unsigned long set = 1UL << bit, clear = 1UL << ((bit + 1) % 32);
+        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(personality), 1,
+                             SCMP_A0(SCMP_CMP_MASKED_EQ, set | clear, set));
+    }
+    return r;
+}
+
+static int add_socket_rules(scmp_filter_ctx ctx)
+{
+    int r = 0;
+    const int calls[] = {SCMP_SYS(socket), SCMP_SYS(socketpair)};
+    for (size_t c = 0; r == 0 && c < sizeof calls / sizeof *calls; c++) {
+        for (size_t i = 0; r == 0 && i < sizeof refused_families / sizeof *refused_families; i++)
+            r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), calls[c], 1,
+                                 SCMP_A0(SCMP_CMP_EQ, refused_families[i]));
+        if (r == 0)
+            r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), calls[c], 1,
+                                 SCMP_A0(SCMP_CMP_GT, LAST_FAMILY));
+    }
+    return r;
+}
+
 static int add_rules(scmp_filter_ctx ctx)
 {
     int r = 0;
@@ -57,6 +94,10 @@ static int add_rules(scmp_filter_ctx ctx)
     for (size_t i = 0; r == 0 && i < sizeof terminal_ioctls / sizeof *terminal_ioctls; i++)
         r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
                              SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, terminal_ioctls[i]));
+    if (r == 0)
+        r = add_personality_rules(ctx);
+    if (r == 0)
+        r = add_socket_rules(ctx);
     return r;
 }
 

@@ -28,14 +28,32 @@ local function names()
   return out
 end
 
---- The secret values known now: those of the variables that are set, and the remembered keys.
+-- Adds secret v and the forms it leaks in to out: cut by a character at either end, and
+-- upper- or lower-cased (each at least 8 bytes: shorter would match ordinary words). Longest
+-- first, so the whole key goes as one [redacted].
+local function add_forms(out, seen, v)
+  for _, cut in ipairs{v, v:sub(1, -2), v:sub(2)} do
+    for _, form in ipairs{cut, cut:upper(), cut:lower()} do
+      if #form >= 8 and not seen[form] then
+        seen[form] = true
+        out[#out + 1] = form
+      end
+    end
+  end
+end
+
+--- The secret values known now: those of the variables that are set, and the remembered keys,
+-- each with the forms it leaks in (add_forms).
 function M.values()
-  local out = {}
+  local out, seen = {}, {}
   for _, name in ipairs(names()) do
     local v = sys.getenv(name)
-    if v and #v >= 8 then out[#out + 1] = v end
+    if v and #v >= 8 then add_forms(out, seen, v) end
   end
-  for v in pairs(remembered) do out[#out + 1] = v end
+  local given = {}
+  for v in pairs(remembered) do given[#given + 1] = v end
+  table.sort(given)   -- same input, same bytes: not the table's order
+  for _, v in ipairs(given) do add_forms(out, seen, v) end
   return out
 end
 

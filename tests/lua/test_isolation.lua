@@ -129,6 +129,47 @@ print(json.dumps(res))]])
   T.eq(r.sub, "ok\n")
 end
 
+-- vsock is not namespaced: a sandbox without network could reach the host's or a VM's vsock
+-- services. Only the families Python uses (unix, inet, inet6, netlink) open; personality can
+-- only be read (a persona without address randomisation would outlive exec).
+tests["sockets of other families than unix, inet and netlink, and personality changes, are refused"] = function()
+  for _, network in ipairs{false, true} do
+    local i = interp{network = network}
+    local r = probe(i, [[
+import ctypes, json, socket
+res = {}
+for name, family, kind in [("vsock", 40, 1), ("packet", 17, 2), ("alg", 38, 5), ("bluetooth", 31, 1),
+                           ("key", 15, 3), ("tipc", 30, 2), ("rds", 21, 5), ("xdp", 44, 3),
+                           ("can", 29, 3), ("appletalk", 5, 2), ("x25", 9, 5), ("unspec", 0, 1),
+                           ("high", 46, 1)]:
+    try:
+        socket.socket(family, kind).close()
+        res[name] = "CREATED"
+    except OSError as e:
+        res[name] = e.errno
+libc = ctypes.CDLL(None, use_errno=True)
+res["persona"] = libc.syscall(135, 0xffffffff)
+res["no_randomize"] = [libc.syscall(135, 0x0040000), ctypes.get_errno()]
+res["high_bits"] = [libc.syscall(135, 0x80040000), ctypes.get_errno()]
+res["after"] = libc.syscall(135, 0xffffffff)
+res["linux"] = libc.syscall(135, 0)
+opened = []
+for family, kind in [(socket.AF_UNIX, 1), (socket.AF_INET, 1), (socket.AF_INET6, 2), (16, 3)]:
+    socket.socket(family, kind).close()
+    opened.append(family)
+res["opened"] = opened
+print(json.dumps(res))]])
+    for _, name in ipairs{"vsock", "packet", "alg", "bluetooth", "key", "tipc", "rds", "xdp", "can",
+                          "appletalk", "x25", "unspec", "high"} do
+      T.eq(r[name], 1, ("network=%s: socket family %s (EPERM expected)"):format(network, name))
+    end
+    T.eq(r.no_randomize, {-1, 1}, "personality(ADDR_NO_RANDOMIZE)")
+    T.eq(r.high_bits, {-1, 1}, "personality(0x80040000)")
+    T.eq({r.persona, r.after, r.linux}, {0, 0, 0}, "the persona read, unchanged, and PER_LINUX set")
+    T.eq(r.opened, {1, 2, 10, 16}, "the families Python needs")
+  end
+end
+
 -- 2. Inherited descriptors ---------------------------------------------------------------------
 
 -- What the code finds on every descriptor number: the readlink target of each open one, and
@@ -432,6 +473,131 @@ tests["a TMPDIR or volume store another user can write is refused, and nothing i
   T.eq(sys.list_dir(theirs), {}, "nothing made or handed over there")
 end
 
+-- Another host user (uid 65534) who may write a folder on the way to TMPDIR or the volume
+-- store: TMPDIR and XDG_DATA_HOME are links of theirs, which they keep flipping between a
+-- folder only root can change and one of their own, and in their own they keep swapping every
+-- sandbox folder (and a volume) for a link to a victim folder of root's. rlm starts sandboxes
+-- meanwhile; each starts in the safe folder or is refused, and the victim is never chowned,
+-- chmoded, written or bound.
+local RACER = [[
+import os, sys, time
+top, victim = sys.argv[1], sys.argv[2]
+att, safe = top + "/att", top + "/safe"
+def point(name, target):
+    os.symlink(target, att + "/new-" + name)
+    os.rename(att + "/new-" + name, att + "/" + name)
+def plant(path):
+    try:
+        if not os.path.islink(path):
+            os.rename(path, "%s/moved-%f" % (att, time.time()))
+    except OSError:
+        pass
+    try:
+        os.symlink(victim, path)
+        return 1
+    except OSError:
+        return 0
+flips = plants = 0
+os.makedirs(att + "/evildata/rlm/volumes")
+plants += plant(att + "/evildata/rlm/volumes/racevol")
+point("tmp", safe)
+seen = set()
+while not os.path.exists(att + "/stop"):
+    flips += 1
+    point("data", [top + "/sdata", att + "/evildata"][flips % 2])
+    for entry in sorted(set(os.listdir(safe)) - seen):
+        # a sandbox folder rlm made through the link: the same name of ours, there
+        seen.add(entry)
+        plants += plant(att + "/evil/" + entry)
+        for inner in ["/workspace", "/memory", "/workspace/context"]:
+            plants += plant(safe + "/" + entry + inner)   # refused: root's folder
+        point("tmp", att + "/evil")
+        time.sleep(0.05)
+        point("tmp", safe)
+print(flips, plants)
+]]
+
+-- Starts a sandbox (with context, or a volume, by k) that writes into its folders; what it
+-- found in them first. Raises what the start raised.
+local function start_and_write(k, context)
+  local opts = k % 3 == 1 and {context_paths = {context}} or k % 3 == 2 and {volume_name = "racevol"} or {}
+  local i <close> = rlm.interpreter(opts)
+  local out = i:execute([[
+import os
+found = sorted(os.listdir('.')) + sorted('memory/' + n for n in os.listdir('/home/daytona/memory'))
+open('written-by-sandbox', 'w').write('x')
+open('/home/daytona/memory/written-by-sandbox', 'w').write('x')
+SUBMIT(found=found)]])
+  return out.found
+end
+
+tests["another user racing links into the sandbox's folders never has a folder handed over"] = function()
+  local top = T.tmpdir()
+  local context = top .. "/context.txt"
+  assert(sys.write_file(context, "context"))
+  assert(sys.chmod(context, tonumber("644", 8)))
+  local saved = {TMPDIR = sys.getenv("TMPDIR"), XDG_DATA_HOME = sys.getenv("XDG_DATA_HOME")}
+  T.defer(function()   -- both, set or not (pairs would skip one that was not)
+    sys.setenv("TMPDIR", saved.TMPDIR)
+    sys.setenv("XDG_DATA_HOME", saved.XDG_DATA_HOME)
+  end)
+  local function normally(n)    -- the lower bound: sandboxes start and run as ever
+    for k = 1, n do
+      local found = start_and_write(k, context)
+      T.truthy(#found == 0 or found[1] == "context" or found[1] == "memory/written-by-sandbox",
+               "a fresh sandbox found: " .. json.encode(found))
+    end
+  end
+  if not ROOT then
+    normally(6)
+    T.skip("only root hands folders to another uid; the lower bound ran")
+  end
+  local victim = top .. "/victim"
+  for _, d in ipairs{"/safe", "/sdata", "/victim", "/att", "/att/evil"} do
+    assert(sys.mkdir_p(top .. d))
+    assert(sys.chmod(top .. d, tonumber("755", 8)))
+  end
+  assert(sys.write_file(victim .. "/keep", "victim\n"))
+  T.eq(sys.run({"chown", "-R", "65534:65534", top .. "/att"}).code, 0)
+  local racer = assert(sys.spawn{argv = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+    "/usr/bin/python3", "-c", RACER, top, victim}, stdin = "null", stdout = "pipe", stderr = "inherit"})
+  T.defer(function() racer:close() end)
+  sys.setenv("TMPDIR", top .. "/att/tmp")
+  sys.setenv("XDG_DATA_HOME", top .. "/att/data")
+  for _ = 1, 3000 do   -- its first links, or its end
+    if sys.stat(top .. "/att/tmp") or racer:status() then break end
+    sys.sleep(0.01)
+  end
+  T.truthy(sys.stat(top .. "/att/tmp"), "the racer made its links")
+  local started, refused, other = 0, 0, {}
+  for k = 1, 30 do
+    local ok, found = pcall(start_and_write, k, context)
+    if ok then
+      started = started + 1
+      T.truthy(not table.concat(found, " "):find("keep", 1, true), "the victim was bound: " .. json.encode(found))
+    elseif tostring(found):find("^refusing") then
+      refused = refused + 1
+    else
+      other[#other + 1] = tostring(found)
+    end
+  end
+  -- the same racer against sandboxes of a TMPDIR and store only root can change: all start
+  sys.setenv("TMPDIR", top .. "/safe")
+  sys.setenv("XDG_DATA_HOME", top .. "/sdata")
+  normally(6)
+  assert(sys.write_file(top .. "/att/stop", ""))
+  T.eq(sys.wait(racer, 30), "exit", "the racer ends")
+  local flips = tonumber(racer:read("stdout"):match("^(%d+)"))
+  T.truthy(flips and flips > 10, "the racer flipped the links: " .. tostring(flips))
+  T.eq(sys.list_dir(victim), {"keep"}, "entries of the victim folder")
+  T.eq(sys.read_file(victim .. "/keep"), "victim\n")
+  local st, kept = sys.stat(victim), sys.stat(victim .. "/keep")
+  T.eq({st.uid, st.mode, kept.uid, kept.mode}, {0, tonumber("755", 8), 0, tonumber("644", 8)},
+       "owner and mode of the victim folder and its file")
+  T.eq(other, {}, "starts that failed otherwise than by a refusal")
+  T.truthy(started >= 1, ("no sandbox started (%d refused)"):format(refused))
+end
+
 tests["a fork bomb at its wall in one rlm stops no sandbox of another"] = function()
   if not ROOT then T.skip("as an ordinary user, every sandbox is the user's own uid") end
   local holder = T.server({T.rlm, "run", T.lua_script(HOLDER)}, 120)
@@ -640,12 +806,17 @@ tests["a 1 GB flood on each of the driver's descriptors leaves rlm's memory flat
   local peak, out = child_peak([[
 local i <close> = require("rlm").interpreter{}
 -- The driver's real stderr and its protocol descriptor are the pipes it writes; it dups stderr
--- first (driver.py main), so the lower one is stderr: flooded first, then the protocol.
+-- first (driver.py main), so the lower one is stderr, flooded from a thread (rlm reads it only
+-- so fast, so it blocks) while the protocol is flooded.
 local _, run = i:execute(WRITABLE_PIPES .. [=[
+import threading
 chunk = b"x" * (1 << 20)
-for fd in writable_pipes():
+def flood(fd):
     for _ in range(1024):
         os.write(fd, chunk)
+stderr, protocol = writable_pipes()
+threading.Thread(target=flood, args=(stderr,), daemon=True).start()
+flood(protocol)
 ]=])
 print("ERROR " .. tostring(run.error))
 print("LOST " .. tostring(run.state_lost))
@@ -655,6 +826,35 @@ print("AFTER " .. tostring(after and after.answer))]])
   T.contains(out, "LOST true")
   T.contains(out, "AFTER 5", "the interpreter after the flood")
   T.truthy(peak < 100 << 20, ("rlm's peak RSS was %d MiB"):format(peak >> 20))
+end
+
+-- The driver's real stderr is the code's to write too (it keeps only the last 64 KiB): a block
+-- that floods it for its whole length must not keep rlm reading at a full core meanwhile.
+tests["a stderr flood through a block costs rlm little CPU, and the last words still come"] = function()
+  local _, out = child_peak([[
+local sys = require "rlm.sys"
+local i <close> = require("rlm").interpreter{}
+i:execute("SUBMIT(answer=0)")
+local cpu, wall = sys.cpu_time(), sys.now()
+local _, run = i:execute(WRITABLE_PIPES .. [=[
+import time
+err = list(writable_pipes())[0]
+chunk = b"e" * 65536
+end = time.monotonic() + 3
+while time.monotonic() < end:
+    os.write(err, chunk)
+os.write(err, b"LAST WORDS\n")
+os._exit(3)
+]=])
+print(("SHARE %.3f"):format((sys.cpu_time() - cpu) / (sys.now() - wall)))
+print("WALL " .. (sys.now() - wall))
+print("ERROR " .. tostring(run.error))
+print("AFTER " .. tostring(i:execute("SUBMIT(answer=5)").answer))]])
+  local share = tonumber(out:match("SHARE ([%d.]+)"))
+  T.truthy(share and share < 0.05, "rlm's share of a core while the block flooded stderr: " .. out)
+  T.truthy(tonumber(out:match("WALL ([%d.]+)")) >= 3, "the block ran its length: " .. out)
+  T.contains(out, "LAST WORDS", "the driver's last words in the error")
+  T.contains(out, "AFTER 5", "the interpreter after the flood")
 end
 
 -- Sends `line` on every pipe the driver writes to the host, then ends the driver, as hostile
@@ -785,6 +985,18 @@ os._exit(0)
   T.truthy(run.error and run.error:match("^SandboxError"), tostring(run.error))
 end
 
+-- A SUBMIT far past limits.submit is refused before its JSON is made: each character of this
+-- one would be escaped to six, 1.8 GB of text the sandbox's memory limit has no room for (and
+-- 10 GB of it took half a minute to encode before the cap was looked at).
+tests["a SUBMIT far past limits.submit is refused before it is encoded"] = function()
+  local i = interp{limits = {submit = "1M", memory = "1G"}}
+  local _, run = i:execute("SUBMIT(answer=['\\u00e9' * (300 << 20)])")
+  T.truthy(run.error and run.error:find("over the limit of 1048576 bytes (limits.submit)", 1, true),
+           "the error: " .. tostring(run.error))
+  local out = i:execute("SUBMIT(answer=['\\u00e9' * 1000])")   -- the lower bound
+  T.eq(out, {answer = {("\u{e9}"):rep(1000)}})
+end
+
 -- Payloads that come one byte at a time, each just in time for a timeout of its own, must not
 -- keep the host waiting past execute_timeout (or max_time): the event and its payloads share
 -- one deadline.
@@ -897,6 +1109,30 @@ time.sleep(0.1)
     T.eq(sys.read_file(canary .. "/victim"), "host file\n", "round " .. round .. ": a host file was deleted")
     T.eq(sys.stat(root), nil, "the sandbox's folder is left behind")
   end
+end
+
+-- As an ordinary user the workspace and what the code makes in it are the user's own, and the
+-- code may take every permission off them: rlm still removes them all when the sandbox ends.
+tests["code that takes the permissions off its folders leaves no sandbox folder behind"] = function()
+  local i = rlm.interpreter{}
+  local _, run = i:execute([[
+import os
+os.makedirs('a/b/c')
+open('a/b/c/f', 'w').write('x')
+os.makedirs('readonly/d')
+open('readonly/g', 'w').write('y')
+os.chmod('a/b', 0)
+os.chmod('a', 0o100)
+os.chmod('readonly', 0o500)
+os.makedirs('/home/daytona/memory/closed/x')
+os.chmod('/home/daytona/memory/closed', 0)
+os.chmod('.', 0)
+]])
+  T.eq(run.error, nil)
+  local root = i.sandbox.root
+  T.truthy(sys.stat(i.sandbox.workspace), "the workspace is there before the end")
+  i:shutdown()
+  T.eq(sys.stat(root), nil, "the sandbox's folder is left behind")
 end
 
 -- A local repository cloned with git's hard links would share .git/objects' inodes with the

@@ -221,6 +221,22 @@ for fd in (3, 4, 9):
   T.raises(function() sys.spawn{argv = {"true"}, pass = {[3] = 42}} end, "must be a string")
 end
 
+-- pass = {[fd] = {fd = n}}: the child gets a copy of rlm's own descriptor, a folder held (as
+-- bwrap's --bind-fd takes it): what it names is the folder, wherever its name has gone.
+tests["a passed descriptor reaches the child as the folder it holds"] = function()
+  local dir = T.tmpdir()
+  assert(sys.mkdir_p(dir .. "/held"))
+  assert(sys.write_file(dir .. "/held/inside", "x"))
+  local held <close> = assert(require("rlm.core.sandbox").open_folder(dir .. "/held"))
+  assert(os.rename(dir .. "/held", dir .. "/moved"))
+  local r = assert(sys.run({"/bin/ls", "/proc/self/fd/7/"}, {pass = {[7] = {fd = held:fd()}}}))
+  T.eq(r.code, 0, r.stderr)
+  T.eq(r.stdout, "inside\n")
+  local p, err = sys.spawn{argv = {"true"}, pass = {[7] = {fd = 1000}}}
+  T.eq(p, nil)
+  T.contains(err, "spawn: cannot pass descriptor 1000")
+end
+
 -- pass = {[fd] = {file = path}}: the child gets the file itself, opened read-only, with no copy
 -- made in rlm; a file that cannot be opened fails the spawn with its name.
 tests["a passed file reaches the child read-only; one that cannot be opened fails the spawn"] = function()
@@ -241,8 +257,8 @@ except OSError as e:
   T.eq(p, nil)
   T.contains(err, "spawn: cannot pass " .. dir .. "/missing: No such file")
   T.raises(function() sys.spawn{argv = {"true"}, pass = {[3] = {file = 42}}} end,
-           "must be a string or {file = path}")
-  T.raises(function() sys.spawn{argv = {"true"}, pass = {[3] = {}}} end, "or {file = path}")
+           "must be a string, {file = path} or {fd = n}")
+  T.raises(function() sys.spawn{argv = {"true"}, pass = {[3] = {}}} end, "or {fd = n}")
   -- optional: a file that cannot be opened, or is no regular file, reads as empty
   r = assert(sys.run({"/bin/sh", "-c", "cat <&5; echo .; cat <&6; echo ."},
                      {pass = {[5] = {file = dir .. "/missing", optional = true},
@@ -262,7 +278,7 @@ except OSError as e:
   local trap = setmetatable({}, {__index = function() error("trap") end})
   for _ = 1, 20 do
     T.raises(function() sys.spawn{argv = {"true"}, pass = {[3] = "x", [4] = trap}} end,
-             "or {file = path}")
+             "or {fd = n}")
   end
   T.eq(#assert(sys.list_dir("/proc/self/fd")), before, "descriptors leaked")
 end

@@ -131,6 +131,24 @@ tests["every provider's key and a per-call api_key are redacted from trajectorie
   T.contains(rec.reply, "[redacted]")
 end
 
+-- A key that is printed cut by a character or in another case is still the key to whoever
+-- reads the trajectory.
+tests["a key cut by one character, or upper- or lower-cased, is redacted too"] = function()
+  local saved = sys.getenv("OPENAI_API_KEY")
+  T.defer(function() sys.setenv("OPENAI_API_KEY", saved) end)
+  local key = "sk-Live-AbC123xYz789QQ"
+  sys.setenv("OPENAI_API_KEY", key)
+  local w = trace.writer()
+  for _, leaked in ipairs{key, key:sub(1, -2), key:sub(2), key:upper(), key:lower(),
+                          key:sub(1, -2):upper(), key:sub(2):lower()} do
+    local rec = w:write{type = "step", reply = "the key: " .. leaked .. " (end)"}
+    T.eq(rec.reply, "the key: [redacted] (end)", leaked)
+  end
+  -- the lower bound: what is not the key stays
+  local plain = "sk-Live is a prefix, and AbC123 a piece; SK-LIVE-ABC too short to be the key"
+  T.eq(w:write{type = "step", reply = plain}.reply, plain)
+end
+
 tests["the browser check sees console errors (so it can fail)"] = function()
   local page = T.tmpdir() .. "/bad.html"
   assert(sys.write_file(page, "<html><body><script>no_such_function()</script></body></html>"))

@@ -606,7 +606,13 @@ class TestSubmit(DriverTest):
     def test_submit_over_max_submit_bytes_raises_in_python(self):
         code = "try:\n    SUBMIT(answer='x' * 5000)\nexcept ValueError as e:\n    print(e)\nSUBMIT(n=1)"
         ev = self.run_ok(code, max_submit_bytes=4096)
-        self.assertIn("SUBMIT is 5008 bytes of JSON, over the limit of 4096 bytes (limits.submit)",
+        self.assertIn("SUBMIT is at least 5006 bytes of JSON, over the limit of 4096 bytes "
+                      "(limits.submit)", ev["stdout"])
+        self.assertEqual(ev["submitted"], {"n": 1})
+        # past the cap only once encoded (each escaped to six characters): measured exactly
+        code = code.replace("'x' * 5000", "'\\u00e9' * 1000")
+        ev = self.run_ok(code, max_submit_bytes=4096)
+        self.assertIn("SUBMIT is 6008 bytes of JSON, over the limit of 4096 bytes (limits.submit)",
                       ev["stdout"])
         self.assertEqual(ev["submitted"], {"n": 1})
         ev = self.d.execute("Final = 'y' * 5000", max_submit_bytes=4096)
@@ -614,6 +620,24 @@ class TestSubmit(DriverTest):
         self.assertIn("limits.submit", ev["error"])
         self.assertEqual(self.run_ok("SUBMIT(answer='x' * 4000)", max_submit_bytes=4096)
                          ["submitted"]["answer"], "x" * 4000)
+
+    def test_submit_past_the_cap_is_refused_before_it_is_encoded(self):
+        # The first field alone is past the cap: the second, whose encoding would fail (and
+        # a huge one would cost seconds and memory), is never encoded.
+        code = ("class Spy:\n    pass\n"
+                "SUBMIT(answer='x' * 5000, more=Spy())")
+        ev = self.d.execute(code, max_submit_bytes=4096)
+        self.assertIsNone(ev["submitted"])
+        self.assertIn("SUBMIT is at least 5006 bytes of JSON, over the limit of 4096 bytes "
+                      "(limits.submit)", ev["error"])
+        # a value inside a list is counted too, before its JSON is made
+        ev = self.d.execute("SUBMIT(answer=[['\u00e9' * 5000]])", max_submit_bytes=4096)
+        self.assertIn("over the limit of 4096 bytes (limits.submit)", ev["error"])
+        ev = self.d.execute("Final = ['y' * 5000, Spy()]", max_submit_bytes=4096)
+        self.assertIn("over the limit of 4096 bytes (limits.submit)", ev["error"])
+        # the lower bound: what fits goes through, its size counted exactly as before
+        ev = self.run_ok("SUBMIT(a='x' * 2000, b=['y' * 2000])", max_submit_bytes=4096)
+        self.assertEqual(ev["submitted"], {"a": "x" * 2000, "b": ["y" * 2000]})
 
     def test_variables_summary_is_capped(self):
         ev = self.run_ok("import json\nfor i in range(5000):\n    globals()[f'v{i}'] = i")

@@ -17,7 +17,9 @@
 --     sandbox), so the user namespace maps the sandbox's uid 1000 to that uid, not to 0, and
 --     its process limit counts that sandbox's processes only (see SANDBOX_UIDS);
 --   * as root, the folders handed to a sandbox (TMPDIR's, the volume store) lie under parents
---     no other user can change: one another user could write is refused;
+--     no other user can change: one another user could write is refused; every folder handed
+--     over is made, handed over, bound and removed through descriptors (rlm.core.sandbox
+--     open_folder), never by a path a link swapped in could turn elsewhere;
 --   * no capabilities (--cap-drop ALL), no further user namespaces (--disable-userns), and a
 --     seccomp filter (rlm.core.sandbox) against the kernel surface Python never needs;
 --   * only fds 0-2 and the ones handed over reach bwrap (rlm.core.proc spawn), and bwrap runs
@@ -49,6 +51,9 @@ local INSTALL = "install them with `sudo apt-get install bubblewrap python3`"
 local STDERR_KEEP = 4096
 -- What the host buffers of the driver's real stderr (bwrap's and Python's own complaints).
 local STDERR_BUFFER = 64 * 1024
+-- ... and how fast it reads it at most: the code can write there too, and a flood read as fast
+-- as it comes kept rlm at a full core for the whole block (the code blocks instead).
+local STDERR_RATE = 10 * STDERR_BUFFER   -- a second
 -- The capture files of stdout and stderr live here, on a tmpfs of their own (limits.output).
 local CAPTURE_DIR = "/run/rlm"
 -- The uids of root's sandboxes, as a subordinate-uid allocator hands out ranges: from
@@ -72,7 +77,11 @@ local WATCH_INTERVAL = 0.25
 local WATCH_SHARE = 0.05
 -- The descriptors bwrap is handed (spawn's `pass`): numbers are fixed, contents per sandbox.
 -- The driver's bytecode goes through to Python; /etc files take the numbers from etc up.
-local FD = {seccomp = 3, args = 4, passwd = 5, group = 6, driver = 7, etc = 8}
+-- The workspace, memory and context are bound from descriptors of the folders rlm made
+-- (--bind-fd): bwrap finds them by their path, then checks that what it mounted is the folder
+-- held.
+local FD = {seccomp = 3, args = 4, passwd = 5, group = 6, driver = 7, workspace = 8, memory = 9,
+            context = 10, etc = 11}
 local PASSWD = "root:x:0:0:root:/root:/usr/sbin/nologin\ndaytona:x:1000:1000:daytona:/home/daytona:/bin/sh\n"
 local GROUP = "root:x:0:\ndaytona:x:1000:\n"
 
@@ -146,42 +155,58 @@ local function tools(opts)
   return bwrap_path, python, packages
 end
 
--- Why path (a folder rlm as root hands to sandboxes, or the parent of one) is not safe: a
--- folder on its way another user owns, or may write without the sticky bit, could have a
--- link planted in it that turns root's chown and bind onto another folder. nil when safe.
+-- Why folder `dir` (a folder rlm as root hands to sandboxes, or the parent of one; held by its
+-- descriptor) is not safe: a folder on its way another user owns, or may write without the
+-- sticky bit, could have a link planted in it that turns root's chown and bind onto another
+-- folder. nil when safe. The folders are those above the one held, not those a path names.
 local GROUP_OTHER_WRITE, STICKY = tonumber("022", 8), tonumber("1000", 8)
 
-local function unsafe_folder(path)
-  local real = sys.realpath(path) or path
-  local at = ""
-  for part in ("/" .. real):gmatch("[^/]*") do
-    if part ~= "" or at == "" then
-      at = at == "/" and "/" .. part or (at == "" and "/" or at .. "/" .. part)
-      local st = sys.stat(at)
-      if st and st.type == "dir" then
-        if st.uid ~= 0 then return ("%s belongs to uid %d"):format(at, st.uid) end
-        if st.mode & GROUP_OTHER_WRITE ~= 0 and st.mode & STICKY == 0 then
-          return ("others may write %s (mode %o)"):format(at, st.mode & tonumber("7777", 8))
-        end
-      end
+local function unsafe_folder(dir)
+  local above, err = dir:ancestry()
+  if not above then return err end
+  for k = #above, 1, -1 do   -- from the root down: the first one that is not safe
+    local at = above[k]
+    if at.uid ~= 0 then return ("%s belongs to uid %d"):format(at.path, at.uid) end
+    if at.mode & GROUP_OTHER_WRITE ~= 0 and at.mode & STICKY == 0 then
+      return ("others may write %s (mode %o)"):format(at.path, at.mode)
     end
   end
 end
 
-local function refuse_unsafe(path, what, fix)
-  local why = unsafe_folder(path)
+-- Raises when rlm runs as root and the folder held is not safe (unsafe_folder).
+local function refuse_unsafe(dir, path, what, fix)
+  local why = sys.getuid() == 0 and unsafe_folder(dir)
   if why then
+    dir:close()
     error(("refusing %s %s: %s, and rlm runs as root; %s"):format(what, path, why, fix), 0)
   end
+end
+
+-- Opens folder `path` by descriptor, making the folders it lacks (mode) each beneath its
+-- parent's descriptor; the folder it starts from, the deepest that exists, is checked by
+-- refuse_unsafe(dir, path, ...) before anything is made in it, and so is the folder opened.
+local ENOENT = 2
+
+local function open_made(path, mode, ...)
+  local dir, err, code = sandbox.open_folder(path)
+  if dir then
+    refuse_unsafe(dir, path, ...)
+    return dir
+  end
+  local parent, name = path:match("^(.*)/([^/]+)/*$")
+  if code ~= ENOENT or not parent then error(err, 0) end
+  local above <close> = open_made(parent ~= "" and parent or "/", mode, ...)
+  dir, err = above:make(name, mode)
+  if not dir then error(("cannot make %s: %s"):format(path, err), 0) end
+  refuse_unsafe(dir, path, ...)
+  return dir
 end
 
 -- A uid of SANDBOX_UIDS for one sandbox, and the lock that holds it.
 local uid_cursor
 
 local function take_uid()
-  local made, why = sys.mkdir_p(UID_LOCKS, PRIVATE)
-  if not made then error("cannot make " .. UID_LOCKS .. ": " .. tostring(why), 0) end
-  refuse_unsafe(UID_LOCKS, "the uid lock folder", "remove it, rlm makes it anew")
+  open_made(UID_LOCKS, PRIVATE, "the uid lock folder", "remove it, rlm makes it anew"):close()
   uid_cursor = uid_cursor or sys.getpid() * 7919 % SANDBOX_UIDS.count
   for _ = 1, SANDBOX_UIDS.count do
     local uid = SANDBOX_UIDS.first + uid_cursor
@@ -237,8 +262,12 @@ function M.volume_dir(name)
   return data .. "/rlm/volumes/" .. name
 end
 
-local function run_checked(argv, what, timeout)
-  local r, err = sys.run(argv, {timeout = timeout or 300})
+-- Runs a staging tool in folder `dir` (held by descriptor): the child enters it through its
+-- own /proc/self/fd before it runs, so it reaches the folder held whatever is renamed or
+-- swapped on the way meanwhile. (rlm's own /proc/PID/fd would be closed to the tool once rlm
+-- holds capabilities in a user namespace of its own: rlm.core.sandbox private_mounts.)
+local function run_checked(argv, what, dir, timeout)
+  local r, err = sys.run(argv, {timeout = timeout or 300, cwd = ("/proc/self/fd/%d"):format(dir:fd())})
   if not r then error(what .. ": " .. err, 0) end
   if r.code ~= 0 or r.status ~= "exit" then
     local msg = (r.stderr ~= "" and r.stderr or r.stdout):gsub("%s+$", "")
@@ -249,29 +278,34 @@ end
 
 local basename = common.basename
 
+-- A host path as the staging tools are given it: absolute, since they run in another folder.
+local function absolute(path)
+  return sys.stat(path) and sys.realpath(path) or path
+end
+
 -- Stages the repository at workspace/repo: git clone (URL or local repository), or a copy of a
 -- plain local folder; then checks out repo_ref.
-local function stage_repo(dest, url, ref)
+local function stage_repo(workspace, url, ref)
   local st = sys.stat(url)
   if st and st.type == "dir" and not sys.stat(url .. "/.git") then
-    run_checked({"cp", "-a", "--", url, dest}, "cannot copy repository " .. url)
+    run_checked({"cp", "-a", "--", absolute(url), "repo"}, "cannot copy repository " .. url, workspace)
   else
     -- --no-hardlinks: a local clone's objects would be the host repository's own inodes.
-    run_checked({"git", "clone", "--quiet", "--no-hardlinks", "--", url, dest},
-                "git clone " .. url .. " failed")
+    run_checked({"git", "clone", "--quiet", "--no-hardlinks", "--", absolute(url), "repo"},
+                "git clone " .. url .. " failed", workspace)
   end
   if ref then
-    run_checked({"git", "-C", dest, "checkout", "--quiet", ref, "--"},
-                ("git checkout %s in %s failed"):format(ref, url))
+    run_checked({"git", "-C", "repo", "checkout", "--quiet", ref, "--"},
+                ("git checkout %s in %s failed"):format(ref, url), workspace)
   end
 end
 
-local function stage_context(dir, paths)
+local function stage_context(parent, paths)
   if type(paths) == "string" then paths = {paths} end
-  assert(sys.mkdir_p(dir))
+  local dir <close> = assert(parent:make("context", tonumber("755", 8)))
   for _, p in ipairs(paths) do
     if not sys.stat(p) then error(("context_paths: %s does not exist"):format(p), 0) end
-    run_checked({"cp", "-a", "--", p, dir .. "/" .. basename(p)}, "cannot copy " .. p)
+    run_checked({"cp", "-a", "--", absolute(p), basename(p)}, "cannot copy " .. p, dir)
   end
 end
 
@@ -290,14 +324,13 @@ local function check_passable(uid, dir)
   end
 end
 
--- Hands the sandbox's writable directories to its uid (as root; a no-op otherwise). Done before
--- any code runs inside, so nothing can race it; later uploads set their owner themselves.
-local function give_to(uid, dirs, recursive)
+-- Hands a sandbox's writable folder (held by descriptor) to its uid (as root; a no-op
+-- otherwise). Done before any code runs inside, so nothing can race it; later uploads set
+-- their owner themselves.
+local function give_to(uid, dir, recursive)
   if not uid then return end
-  for _, d in ipairs(dirs) do
-    local ok, err = sandbox.chown_tree(d, uid, uid, recursive)
-    if not ok then error(("cannot hand the sandbox's folders to uid %d: %s"):format(uid, err), 0) end
-  end
+  local ok, err = dir:chown(uid, uid, recursive)
+  if not ok then error(("cannot hand the sandbox's folders to uid %d: %s"):format(uid, err), 0) end
 end
 
 -- A sandbox's folder is locked (flock on the folder itself) while its rlm lives: a process
@@ -310,30 +343,33 @@ local OLD_LOCK = ".owner-lock"
 local EWOULDBLOCK = 11
 local swept = false
 
-local function hold_folder(root)
+local function hold_folder(dir)
   for _ = 1, 1000 do   -- a sweeper may be looking in, for an instant
-    local lock, err, code = sys.lock(root)
-    if lock or code ~= EWOULDBLOCK then return lock, err end
+    local held, err, code = dir:lock()
+    if held or code ~= EWOULDBLOCK then return held, err end
   end
   return nil, "the folder stays locked by another process"
 end
 
--- Removes the sandbox folders whose rlm is gone (their lock can be taken). Once a process.
+-- Removes the sandbox folders in base (a folder held) whose rlm is gone (their lock can be
+-- taken). Once a process.
 local function sweep_orphans(base)
   if swept then return end
   swept = true
-  for _, name in ipairs(sys.list_dir(base) or {}) do
-    if name:match("^rlm%-sandbox%.%w+$") then
-      local dir = base .. "/" .. name
-      local old = sys.stat(dir .. "/" .. OLD_LOCK)
-      local lock = sys.lock(old and dir .. "/" .. OLD_LOCK or dir)
-      if lock then
-        if old or sys.stat(dir .. "/files") or sys.stat(dir .. "/workspace") then
-          sys.remove(dir, true)
+  for _, name in ipairs(base:list() or {}) do
+    local dir = name:match("^rlm%-sandbox%.%w+$") and base:open(name)
+    local path = dir and dir:path()
+    if path then
+      local old = sys.stat(path .. "/" .. OLD_LOCK)
+      local lock = old and sys.lock(path .. "/" .. OLD_LOCK)
+      if lock or (not old and dir:lock()) then
+        if old or sys.stat(path .. "/files") or sys.stat(path .. "/workspace") then
+          base:remove(name)
         end
-        lock:release()
       end
+      if lock then lock:release() end
     end
+    if dir then dir:close() end
   end
 end
 
@@ -354,15 +390,22 @@ local FILE_BYTES, MIN_FILES = 8192, 4096
 local unenforced_said = false
 
 local function mount_files(self)
-  assert(sys.mkdir_p(self.files, PRIVATE))
+  local files = assert(self.folder:make("files", PRIVATE, true))
   local ok, why = sandbox.private_mounts()
   if ok then
+    -- mounted on the folder held, through its descriptor: never on one a link leads to
     local bytes = self.limits.workspace
-    ok, why = sandbox.mount_tmpfs(self.files, bytes, math.max(MIN_FILES, bytes // FILE_BYTES))
+    ok, why = sandbox.mount_tmpfs("/proc/self/fd/" .. files:fd(), bytes,
+                                  math.max(MIN_FILES, bytes // FILE_BYTES))
   end
   self.mounted = ok and true or false
-  -- The sandbox's uid passes through, as it does through the tmpfs's root (mode=0711).
-  if not ok then assert(sys.chmod(self.files, tonumber("711", 8))) end
+  if ok then   -- the tmpfs's root now, not the folder beneath it
+    files:close()
+    files = assert(self.folder:open("files"))
+  else         -- the sandbox's uid passes through, as it does through the tmpfs's root (0711)
+    assert(files:chmod(tonumber("711", 8)))
+  end
+  self.files_dir = files
   if not ok and not unenforced_said then
     unenforced_said = true
     io.stderr:write(("rlm: limits.workspace is measured while code runs, not held by a file " ..
@@ -381,39 +424,49 @@ end
 function M.create(opts)
   local bwrap, python, packages = tools(opts)
   local volume = opts.volume_name and M.volume_dir(opts.volume_name)
-  if sys.getuid() == 0 then   -- before anything is made there
-    local tmp = sys.getenv("TMPDIR")
-    refuse_unsafe((tmp and tmp ~= "") and tmp or "/tmp", "the sandbox folder's parent",
-                  "set TMPDIR to a folder only root can change, or unset it (/tmp)")
-    if volume then
-      -- the store: the volume itself is its sandboxes' own
-      refuse_unsafe(volume:match("^(.*)/[^/]+$"), "the volume store",
-                    "set XDG_DATA_HOME to a folder only root can change, or unset it")
-    end
+  -- Every folder handed to the sandbox is made and held by descriptor beneath base, TMPDIR's
+  -- folder as opened (and, as root, checked) once: its path (links resolved) names it after.
+  local tmp = sys.getenv("TMPDIR")
+  if tmp == "" then tmp = nil end
+  -- rlm's own mount namespace first (mount_files): a tmpfs can be mounted only on a folder
+  -- opened in the namespace it is mounted in.
+  sandbox.private_mounts()
+  local base, why = sandbox.open_folder(tmp or "/tmp")
+  if not base then
+    error(tmp and ("TMPDIR is %s, where no folder can be made: %s"):format(tmp, why:sub(#tmp + 3))
+          or why, 0)
   end
-  local root, made_why = sys.mkdtemp("rlm-sandbox")
-  if not root then error(made_why, 0) end   -- a TMPDIR that does not exist, say
-  local base = root:match("^(.*)/[^/]+$")
-  local held, why = hold_folder(root)
+  refuse_unsafe(base, tmp or "/tmp", "the sandbox folder's parent",
+                "set TMPDIR to a folder only root can change, or unset it (/tmp)")
+  local store = volume and open_made(volume:match("^(.*)/[^/]+$"), tonumber("755", 8),
+    "the volume store", "set XDG_DATA_HOME to a folder only root can change, or unset it")
+  -- bwrap, as the sandbox's uid, mounts the folders by path: it must pass through; it cannot list.
+  local folder, name = base:make_temp("rlm-sandbox", tonumber("711", 8))
+  if not folder then
+    if store then store:close() end
+    base:close()
+    error(tmp and ("TMPDIR is %s, where no folder can be made: %s"):format(tmp, name) or name, 0)
+  end
+  local root = base:path() .. "/" .. name
+  local held
+  held, why = hold_folder(folder)
+  local owner = sandbox_owner(opts)
+  local self = setmetatable({root = root, name = name, base = base, folder = folder,
+                             bwrap = bwrap, python = python, packages = packages, opts = opts,
+                             env = opts.env or {}, network = opts.network and true or false,
+                             limits = limits.resolve(opts.limits), uid = owner or nil,
+                             volume = volume ~= nil, stderr_tail = "", dying = {}}, Sandbox)
   local function abandon(err)   -- leaves nothing behind
-    sys.remove(root, true)
-    if held then held:release() end
+    base:remove(name)
+    self:close_folders()
+    if store then store:close() end
     sweep_orphans(base)         -- orphans filling the disk must not fail every start
+    base:close()
     error(err, 0)
   end
   if not held then abandon("cannot prepare the sandbox folder: " .. tostring(why)) end
   -- Staging takes disk: orphans go first. (Otherwise after the spawn, while bwrap starts.)
   if opts.repo_url or opts.context_paths then sweep_orphans(base) end
-  -- bwrap, as the sandbox's uid, mounts the folders by path: it must pass through; it cannot list.
-  local passable
-  passable, why = sys.chmod(root, tonumber("711", 8))
-  if not passable then abandon("cannot prepare the sandbox folder: " .. why) end
-  local owner = sandbox_owner(opts)
-  local self = setmetatable({root = root, held = held, bwrap = bwrap, python = python,
-                             packages = packages, opts = opts,
-                             env = opts.env or {}, network = opts.network and true or false,
-                             limits = limits.resolve(opts.limits), uid = owner or nil,
-                             stderr_tail = "", dying = {}}, Sandbox)
   local ok, err = pcall(function()
     if owner == nil then
       if volume then self.uid = volume_uid(opts.volume_name)
@@ -423,13 +476,15 @@ function M.create(opts)
     mount_files(self)
     self.workspace = self.files .. "/workspace"
     self.memory = volume or (self.files .. "/memory")
-    self.volume = volume
-    assert(sys.mkdir_p(self.workspace, PRIVATE))
-    local made, why = sys.mkdir_p(self.memory, not volume and PRIVATE or nil)
+    self.workspace_dir = assert(self.files_dir:make("workspace", PRIVATE, true))
+    local made, why
+    if volume then made, why = store:make(opts.volume_name, tonumber("755", 8))
+    else made, why = self.files_dir:make("memory", PRIVATE, true) end
     if not made then error("cannot create the volume directory: " .. why, 0) end
+    self.memory_dir = made
     if volume and self.uid then check_passable(self.uid, volume) end
     if opts.repo_url then
-      local staged, why = pcall(stage_repo, self.workspace .. "/repo", opts.repo_url, opts.repo_ref)
+      local staged, why = pcall(stage_repo, self.workspace_dir, opts.repo_url, opts.repo_ref)
       if not staged and tostring(why):find("No space left on device", 1, true) then
         why = ("%s (the repository is staged in the workspace, which holds %s: limits.workspace)")
               :format(why, limits.human(self.limits.workspace))
@@ -439,25 +494,34 @@ function M.create(opts)
     -- The context on disk, bound read-only at workspace/context: a large one costs no memory
     -- and none of limits.workspace.
     if opts.context_paths then
+      stage_context(folder, opts.context_paths)
       self.context = root .. "/context"
-      stage_context(self.context, opts.context_paths)
+      self.context_dir = assert(folder:open("context"))
     end
     -- A volume keeps what earlier sandboxes wrote, already its uid's: only its top is handed
     -- over, unless it belongs to another uid (made before volumes had uids of their own).
-    give_to(self.uid, {self.workspace, not volume and self.memory or nil}, true)
-    if self.context then give_to(self.uid, {self.context}, true) end
-    if volume and self.uid then
-      give_to(self.uid, {self.memory}, sys.stat(self.memory).uid ~= self.uid)
-    end
+    give_to(self.uid, self.workspace_dir, true)
+    give_to(self.uid, self.memory_dir, not volume or made:stat().uid ~= self.uid)
+    if self.context_dir then give_to(self.uid, self.context_dir, true) end
   end)
+  if store then store:close() end
   if not ok then
     self:unmount_files()
     if self.uid_lock then self.uid_lock:release() end
     abandon(err)
   end
-  self.allowance = math.max(self.limits.workspace, volume and self:disk_usage() or 0)
-  self.id = "local-" .. basename(root):gsub("^rlm%-sandbox%.", "")
+  self.allowance = math.max(self.limits.workspace,
+                            (volume or not self.mounted) and self:disk_usage() or 0)
+  self.id = "local-" .. name:gsub("^rlm%-sandbox%.", "")
   return self
+end
+
+-- Lets go of the folders held (the sandbox's own, its workspace and memory) and its lock.
+function Sandbox:close_folders()
+  for _, key in ipairs{"workspace_dir", "memory_dir", "context_dir", "files_dir", "folder"} do
+    if self[key] then self[key]:close() end
+    self[key] = nil
+  end
 end
 
 -- The environment inside: only what we set, never the host's.
@@ -527,7 +591,8 @@ function Sandbox:command(argv)
     elseif st and st.type == "dir" then add("--ro-bind", "/" .. d, "/" .. d) end
   end
   local pass = {[FD.seccomp] = true, [FD.args] = self:hidden_args(), [FD.passwd] = PASSWD,
-                [FD.group] = GROUP}
+                [FD.group] = GROUP, [FD.workspace] = {fd = self.workspace_dir:fd()},
+                [FD.memory] = {fd = self.memory_dir:fd()}}
   add("--perms", "0444", "--file", FD.passwd, "/etc/passwd",
       "--perms", "0444", "--file", FD.group, "/etc/group")
   etc_entries(add, pass)
@@ -537,8 +602,11 @@ function Sandbox:command(argv)
       "--dev", "/dev", "--size", l.tmp, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
       "--size", l.tmp, "--tmpfs", "/tmp",
       "--size", 2 * l.output, "--tmpfs", CAPTURE_DIR,
-      "--dir", HOME, "--bind", self.workspace, WORKSPACE, "--bind", self.memory, MEMORY)
-  if self.context then add("--ro-bind", self.context, WORKSPACE .. "/context") end
+      "--dir", HOME, "--bind-fd", FD.workspace, WORKSPACE, "--bind-fd", FD.memory, MEMORY)
+  if self.context_dir then
+    pass[FD.context] = {fd = self.context_dir:fd()}
+    add("--ro-bind-fd", FD.context, WORKSPACE .. "/context")
+  end
   add("--chdir", WORKSPACE, "--uid", "1000", "--gid", "1000", "--hostname", "sandbox")
   if self.packages then add(table.unpack(venv.mount_args(self.packages))) end
   add("--remount-ro", "/", "--")
@@ -649,13 +717,13 @@ function Sandbox:start_driver()
   o.stdin, o.stdout, o.stderr = "pipe", "pipe", "pipe"
   o.pipe_size = PIPE_SIZE
   self.max_line = limits.event_bytes(self.limits, self.opts.max_output_chars or 10000)
-  o.max_line, o.max_stderr = self.max_line, STDERR_BUFFER
+  o.max_line, o.max_stderr, o.stderr_rate = self.max_line, STDERR_BUFFER, STDERR_RATE
   local proc, err = sys.spawn(o)
   if not proc then error("cannot start the sandbox: " .. err, 0) end
   self.proc = proc
   self.stderr_tail = ""   -- what an earlier driver said is not this one's
   -- Here, unless create did it: the walk then runs while bubblewrap and Python start.
-  sweep_orphans(self.root:match("^(.*)/[^/]+$"))
+  sweep_orphans(self.base)
   return true
 end
 
@@ -926,10 +994,14 @@ function Sandbox:shell(cmd, timeout)
 end
 
 -- Removes the sandbox's folder, its files' tmpfs first: a folder this could not empty keeps
--- it, and stays one that a later rlm finds unlocked and removes.
+-- it, and stays one that a later rlm finds unlocked and removes. By descriptor: nothing renamed
+-- or swapped for a link on the way turns the removal elsewhere.
 function Sandbox:remove_folder()
   self:unmount_files()
-  return not self.mounted and sys.remove(self.root, true)
+  if self.mounted then return false end
+  local ok = self.folder:remove("files")
+  if self.context then ok = self.folder:remove("context") and ok end
+  return ok and self.base:remove(self.name)
 end
 
 --- Kills the driver and removes the transient directories; the volume stays. Idempotent, and
@@ -944,7 +1016,8 @@ function Sandbox:destroy()
       for _, init in ipairs(self.dying) do init:ended(5) end
       self:remove_folder()
     end
-    self.held:release()
+    self:close_folders()
+    self.base:close()
     self.root = nil
   end
   if self.uid_lock then   -- the uid is free again once its last process has ended

@@ -154,9 +154,7 @@ def make_helpers(session):
             merged[name] = value
         # No local of this frame holds the Submitted: its traceback holds the frame, and such a
         # cycle would keep the values (100 MB of them, maybe) until Python's cycle collector ran.
-        raise Submitted(session.check_submit(
-            {name: session.field_text(value, f"SUBMIT field {name!r}")
-             for name, value in merged.items()}))
+        raise Submitted(session.submit_fields(merged, lambda name: f"SUBMIT field {name!r}"))
 
     def FINAL(value):
         """SUBMIT(value) for a task with one output: ends the block at once."""

@@ -261,6 +261,29 @@ def has_huge_int(value, depth=0):
     return False
 
 
+def least_size(value, enough, depth=0):
+    """A lower bound of the size of value's JSON text (or raw payload), counted no further
+    than `enough`: a str by its length (its text is never shorter), a list or dict by what it
+    holds. Nothing is copied or encoded, and none of the value's own methods runs."""
+    if isinstance(value, str):
+        return str.__len__(value)
+    if isinstance(value, (int, float)) or value is None:
+        return 1
+    if depth > 100 or not isinstance(value, (list, tuple, dict)):
+        return 0
+    total = 1   # the brackets, and a comma or a key's quotes and colon per item after the first
+    if isinstance(value, dict):
+        items = dict.items(value)
+    else:
+        items = ((None, v) for v in (list.__iter__ if isinstance(value, list) else tuple.__iter__)(value))
+    for key, item in items:
+        total += 1 + (str.__len__(key) if isinstance(key, str) else 0) + \
+            least_size(item, enough - total, depth + 1)
+        if total >= enough:
+            break
+    return max(total, 2)
+
+
 def to_json(value, what):
     """The JSON text of value; TypeError naming `what` when it is not JSON."""
     try:

@@ -224,7 +224,7 @@ class Session:
         if error is None and submitted is None and final is not final_before and \
                 names == DEFAULT_OUTPUT_NAMES:
             try:
-                submitted = self.check_submit({"answer": self.field_text(final, "Final")})
+                submitted = self.submit_fields({"answer": final}, lambda name: "Final")
             except Exception as e:   # not JSON, too big, or its hooks raised
                 error = error_text(e)
         self.restore_streams()
@@ -420,12 +420,22 @@ class Session:
                                  errors=self.stream_errors[k], write_through=True)
         self.streams = (fresh, self.streams[1]) if k == 0 else (self.streams[0], fresh)
 
-    def check_submit(self, fields):
-        """fields (name -> JSON text) when they fit max_submit_bytes; ValueError otherwise."""
+    def submit_fields(self, values, what):
+        """The fields (name -> JSON text) of values (name -> value) when they fit
+        max_submit_bytes; ValueError otherwise. Each field is measured from below before it is
+        encoded (least_size), so a value far past the cap is refused without its JSON being
+        made: encoding 10 GB took half a minute before the cap was looked at."""
         cap = self.max_submit_bytes
-        if cap is not None:
-            size = sum(len(name) + len(text) for name, text in fields.items())
-            if size > cap:
-                raise ValueError(f"SUBMIT is {size} bytes of JSON, over the limit of {cap} "
-                                 f"bytes (limits.submit)")
+        fields, size = {}, 0
+        for name, value in values.items():
+            if cap is not None:
+                least = size + len(name) + least_size(value, cap - size - len(name) + 1)
+                if least > cap:
+                    raise ValueError(f"SUBMIT is at least {least} bytes of JSON, over the "
+                                     f"limit of {cap} bytes (limits.submit)")
+            fields[name] = self.field_text(value, what(name))
+            size += len(name) + len(fields[name])
+        if cap is not None and size > cap:
+            raise ValueError(f"SUBMIT is {size} bytes of JSON, over the limit of {cap} "
+                             f"bytes (limits.submit)")
         return fields
