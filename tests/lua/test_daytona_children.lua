@@ -88,18 +88,6 @@ tests["daytona children: a child's crashed driver is restarted alone; the parent
     T.eq(s:requests(SESSION_CREATE), 3, "the parent's driver, the child's, the child's again")
   end)
 
-tests["daytona children: child_sandbox = 'own' gives every child a sandbox of its own"] =
-  on_standin(3, function()
-    F.model{rules = {
-      {match = "Task: CHILD TASK", reply = F.code(CHILD_CODE)},
-      {match = "Task: parent", reply = F.code(
-        "SUBMIT(answer=rlm_query_batched(['CHILD TASK'] * 2, ['a', 'b']))")},
-    }}
-    local res = rlm.run{task = "parent", context = "ctx", backend = "daytona", child_sandbox = "own"}
-    T.eq(res.answer, {"A|-|/home/daytona/workspace", "B|-|/home/daytona/workspace"},
-         tostring(res.detail))
-  end)
-
 tests["daytona children: an interpreter beside another shares its machine only when nothing differs"] =
   on_standin(2, function(s)
     local parent <close> = rlm.interpreter{backend = "daytona"}
