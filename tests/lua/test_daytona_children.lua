@@ -8,6 +8,7 @@ local D = require "daytona_fixtures"
 local backend = require "rlm.backend.daytona"
 local rlm = require "rlm"
 local sys = require "rlm.sys"
+local contract = require "backend_contract"
 
 local tests = {}
 
@@ -141,5 +142,30 @@ tests["daytona children: SIGINT while a child runs leaves no sandbox"] = on_stan
   T.contains(proc:read("stderr"), "interrupted (SIGINT)")
   T.eq(s:live(), {}, "no sandbox left")
 end)
+
+-- The backend contract, every interpreter beside one host interpreter: a child's sandbox is a
+-- sandbox like any other (those whose options differ get their own). Its folder goes with it.
+for name, case in pairs(contract.run{backend = "daytona", around = function(case, b)
+  local s = D.standin()
+  b.env = s.env
+  local host = rlm.interpreter{backend = "daytona"}
+  T.defer(function() host:shutdown() end)
+  host:start()
+  local make = b.interp
+  b.interp = function(opts)
+    local o = {beside = host}
+    for k, v in pairs(opts or {}) do o[k] = v end
+    return make(o)
+  end
+  case(b)
+  b.close()
+  local out = host:execute([[
+import os
+SUBMIT(left=sorted(os.listdir('/home/daytona/children')) if os.path.isdir('/home/daytona/children') else [])]])
+  T.eq(out.left, {}, "children's folders left")
+  host:shutdown()
+  T.eq(backend.settle(5), 0, "deletions still running")
+  T.eq(s:live(), {}, "sandboxes left in the stand-in")
+end}) do tests["daytona beside a host: " .. name] = case end
 
 return tests
