@@ -117,6 +117,42 @@ SUBMIT(left=os.listdir('/home/daytona/children'))]])
     T.eq(#s:live(), 2)
   end)
 
+tests["daytona children: a grandchild runs beside them too"] = on_standin(1, function()
+  F.model{rules = {
+    {match = "Task: GRANDCHILD", reply = F.code("import os\nSUBMIT(answer='g ' + os.getcwd())")},
+    {match = "Task: CHILD", reply = F.code("SUBMIT(answer=rlm_query('GRANDCHILD'))")},
+    {match = "Task: parent", reply = F.code("SUBMIT(answer=rlm_query('CHILD'))")},
+  }}
+  local res = rlm.run{task = "parent", context = "ctx", backend = "daytona", max_depth = 3}
+  T.eq(res.answer, "g /home/daytona/children/c2", tostring(res.detail))
+end)
+
+local FAILED_CHILD_PARENT = [[
+import os
+try:
+    rlm_query('CHILD TASK', 'a')
+    why = 'no error'
+except RuntimeError as e:
+    why = str(e)
+SUBMIT(answer=[why, sorted(os.listdir('/home/daytona/children'))])]]
+
+tests["daytona children: a child whose driver fails leaves no driver or folder"] =
+  on_standin(1, function(s)
+    F.model{rules = {
+      {match = "Task: CHILD TASK", reply = F.code(CHILD_CODE)},
+      {match = "Task: parent", reply = F.code(FAILED_CHILD_PARENT)},
+    }}
+    -- The child's driver starts in its folder, and every request to it fails.
+    s:fault{method = "POST", path = "/toolbox/", suffix = "/process/execute", status = 400,
+            body_contains = "--client /home/daytona/children/c1/", count = 100}
+    local res = rlm.run{task = "parent", context = "ctx", backend = "daytona", max_iterations = 1}
+    T.eq(res.reason, "submitted", tostring(res.detail))
+    T.contains(res.answer[1], "the child run ended without an answer")
+    T.eq(res.answer[2], {}, "the child's folder is left")
+    T.truthy(s:requests(SESSION_CREATE) >= 2, "the child's driver never started")
+    T.eq(s:requests(SESSION_DELETE), s:requests(SESSION_CREATE) - 1, "a child's session is left")
+  end)
+
 local SLEEPY_PARENT = [[
 r = rlm_query('SLEEPY CHILD')
 SUBMIT(answer=r)]]
