@@ -4,7 +4,9 @@
 --   /home/daytona/workspace   the code's cwd; repo/ (toolbox git clone) and context/ (uploads)
 --   /home/daytona/memory      the Daytona volume `volume_name` (created when missing and waited
 --                             for until ready), else a plain folder that goes with the sandbox
--- The driver lives in /home/daytona/.rlm/ with its unix socket.
+-- The driver lives in /home/daytona/.rlm/ with its unix socket. An interpreter beside this one
+-- (an rlm_query child on the same machine: same_machine) runs a driver of its own in the same
+-- sandbox, in /home/daytona/children/cN, its working directory, with its socket under .rlm/.
 --
 -- Transport (no WebSocket in Debian's libcurl, and the sandbox cannot reach the host): the
 -- driver runs once as a long-lived async session command (`driver.py --serve SOCKET`); every
