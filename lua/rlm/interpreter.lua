@@ -14,6 +14,11 @@
 --   backend.create(opts) -> sb     makes the sandbox: workspace, volume at /home/daytona/memory,
 --                                  repo_url/repo_ref staged at workspace/repo, context_paths under
 --                                  workspace/context/. Raises on failure and leaves nothing behind.
+--   backend.same_machine(host_opts, opts), backend.create_beside(host_sb, opts) -> sb
+--                                  optional: a sandbox for opts inside host_sb (the `beside`
+--                                  interpreter's), with a driver and a working folder of its own,
+--                                  when same_machine says opts need no machine of their own.
+--                                  Its destroy() ends only that driver and folder.
 --   sb.id                          a printable identifier (registry, logs).
 --   sb:start_driver()              starts lua/rlm/driver.py (require("rlm.core.host")
 --                                  .resource("lua/rlm/driver.py"); its docstring is the wire
@@ -95,6 +100,9 @@ local OPTIONS = {backend = true, timeout = true, execute_timeout = true, volume_
                  model = true, sub_model = true, max_llm_calls = true, llm_call_timeout = true,
                  max_depth = true, max_tokens = true, max_cost = true, child_max_iterations = true,
                  batch_concurrency = true, max_parallel_children = true,
+                 -- another interpreter, whose sandbox this one runs in when the backend can
+                 -- and the machine would be the same (rlm_query's children)
+                 beside = true,
                  -- fleet-rlm's: here no execute ever blocks other tasks, so it changes nothing
                  async_execute = true}
 M.options = OPTIONS
@@ -211,6 +219,9 @@ local function validate(opts, backend)
   if opts.on_call ~= nil and type(opts.on_call) ~= "function" then
     error("on_call must be a function(kind, args) -> results | nil, err", 3)
   end
+  if opts.beside ~= nil and getmetatable(opts.beside) ~= Interp then
+    error("beside must be an rlm.interpreter", 3)
+  end
   check_env(opts.env)
 end
 
@@ -268,7 +279,7 @@ function Interp:start()
   if queue then queue.acquire() end
   -- How long this start waited its turn (other sandboxes of this process were starting).
   self.start_wait = clock() - queued
-  local made, sb = pcall(self.backend.create, self.opts)
+  local made, sb = pcall(self.create_sandbox, self)
   local ok, err = made, sb
   if made then
     registry.add(sb)
@@ -287,6 +298,17 @@ function Interp:start()
   self.sandbox = sb
   self.started_at = sys.now()
   return self
+end
+
+-- A sandbox inside the `beside` interpreter's, when its backend is this one's, that one runs,
+-- and the backend finds the machine the same; else a sandbox of its own.
+function Interp:create_sandbox()
+  local host, backend = self.opts.beside, self.backend
+  if host and host.backend == backend and host.sandbox and backend.create_beside
+     and backend.same_machine(host.opts, self.opts) then
+    return backend.create_beside(host.sandbox, self.opts)
+  end
+  return backend.create(self.opts)
 end
 
 -- What a start that failed only because the machine is busy says (fork or clone: EAGAIN).

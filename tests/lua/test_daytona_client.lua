@@ -161,6 +161,33 @@ tests["toolbox: sessions, async commands, input and logs"] = function()
   T.eq(err.status, 404)
 end
 
+-- What rlm's children beside their parent rely on: a driver is a session command that runs for
+-- as long as the interpreter, so each driver needs a session of its own.
+tests["toolbox: a session runs its commands in turn; sessions run side by side"] = function()
+  local c = standin().client
+  local tb = assert(c:toolbox(assert(c:create_sandbox{})))
+  local function exists(path)
+    return assert(tb:execute{command = "test -e " .. path}).exitCode == 0
+  end
+  assert(tb:create_session("a"))
+  assert(tb:create_session("b"))
+  assert(tb:session_exec{session = "a", async = true, command = "touch /tmp/held; sleep 60"})
+  local deadline = sys.now() + 30
+  while not exists("/tmp/held") and sys.now() < deadline do async.sleep(0.05) end
+  T.truthy(exists("/tmp/held"), "the first command never started")
+  local queued = assert(tb:session_exec{session = "a", async = true, command = "touch /tmp/next"})
+  local beside = assert(tb:session_exec{session = "b", command = "echo beside"})
+  T.eq(beside.stdout, "beside\n", "another session runs while the first is busy")
+  T.eq(assert(tb:command("a", queued.cmdId)).exitCode, nil)
+  T.eq(exists("/tmp/next"), false, "a busy session's next command waits its turn")
+  -- Deleting the session ends the running command; the queued one never runs.
+  local t0 = sys.now()
+  assert(tb:delete_session("a"))
+  T.truthy(sys.now() - t0 < 30, "the delete waited past the grace period")
+  async.sleep(0.3)
+  T.eq(exists("/tmp/next"), false)
+end
+
 tests["toolbox: command logs are JSON for our SDK version and plain text without it"] = function()
   local s = standin()
   local c = s.client

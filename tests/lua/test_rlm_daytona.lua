@@ -1,7 +1,8 @@
 -- The RLM loop on the daytona backend, against the Daytona stand-in and the LLM stand-in.
 -- The cases of test_rlm.lua that exercise the sandbox run here unchanged with every run forced onto
 -- daytona; each also checks how many sandboxes it made and that none is left. The cases below
--- them look at what only Daytona has: one sandbox per child run, and a hang on a remote sandbox.
+-- them look at what only Daytona has: a sandbox per child run when asked for (children run beside
+-- their parent otherwise: test_daytona_children.lua), and a hang on a remote sandbox.
 local T = require "support"
 local F = require "rlm_fixtures"
 local D = require "daytona_fixtures"
@@ -33,10 +34,11 @@ local function on_standin(sandboxes, fn)
   end
 end
 
--- Cases of test_rlm.lua and the sandboxes each makes: one per run, one more per rlm_query child.
+-- Cases of test_rlm.lua and the sandboxes each makes: one per run (rlm_query children run in
+-- their parent's).
 local SHARED = {
   ["a 5 MB context is chunked by the model's code and aggregated from llm_query_batched"] = 1,
-  ["rlm_query runs a child one level deeper and its calls count against the parent"] = 2,
+  ["rlm_query runs a child one level deeper and its calls count against the parent"] = 1,
   ["at max_depth rlm_query falls back to a plain llm_query"] = 1,
   ["a sandbox that hangs is stopped by execute_timeout and the run goes on"] = 1,
   ["a model that never submits stops at max_iterations with the extraction answer"] = 1,
@@ -107,7 +109,7 @@ local PARENT_CODE = [[
 open('/home/daytona/workspace/parent-marker.txt', 'w').write('p')
 SUBMIT(answer=[rlm_query('CHILD TASK %d' % i, 'c' * (100 * i)) for i in (1, 2, 3)])]]
 
-tests["daytona: each rlm_query child runs in its own sandbox beside the parent's; all are deleted"] =
+tests["daytona: with child_sandbox = 'own' each rlm_query child has a sandbox of its own; all go"] =
   on_standin(4, function(s)
     F.model{rules = {
       {match = "Task: CHILD TASK", reply = F.code(CHILD_CODE)},
@@ -115,6 +117,7 @@ tests["daytona: each rlm_query child runs in its own sandbox beside the parent's
     }}
     local live_during_children = {}
     local res = rlm.run{task = "parent", context = "ctx", backend = "daytona", max_depth = 2,
+                        child_sandbox = "own",
                         on_event = function(e)
                           if e.type == "turn" and e.depth == 1 then
                             live_during_children[#live_during_children + 1] = #s:live()

@@ -144,7 +144,7 @@ sections = ["## " + s for s in context.split("## ") if s.strip()]
 summaries = [rlm_query("Summarise this section in one sentence.", s) for s in sections]
 SUBMIT(answer="\n".join(summaries))]]
 
-tests["daytona: delegation gives each section a child run in a sandbox of its own"] = function()
+tests["daytona: delegation gives each section a child run beside the parent, in its sandbox"] = function()
   local s = D.standin()
   F.model{rules = {
     {match = "Task: Summarise this section", reply = F.code(
@@ -158,7 +158,7 @@ tests["daytona: delegation gives each section a child run in a sandbox of its ow
   for _ in r.stdout:gmatch("depth 1: 1 turn%(s%), submitted") do children = children + 1 end
   T.eq(children, 4)
   T.contains(r.stdout, "totals for the tree: 5 model calls")
-  none_left(s, 5)
+  none_left(s, 1)
 end
 
 -- ---------- failures ----------

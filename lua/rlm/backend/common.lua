@@ -13,19 +13,21 @@ M.HOME = "/home/daytona"
 M.WORKSPACE = M.HOME .. "/workspace"
 M.MEMORY = M.HOME .. "/memory"
 
---- Where a sandbox path lies: the root it is beneath (M.WORKSPACE or M.MEMORY) and the path
+--- Where a sandbox path lies: the root it is beneath (the workspace or M.MEMORY) and the path
 -- relative to it ("." for the root itself); nil, err for a path outside both. A relative path
--- is beneath the workspace. Raises for a path that is not a non-empty string (misuse).
-function M.place(path)
+-- is beneath the workspace: M.WORKSPACE, or the folder of a driver beside another (workspace).
+-- Raises for a path that is not a non-empty string (misuse).
+function M.place(path, workspace)
+  workspace = workspace or M.WORKSPACE
   if type(path) ~= "string" or path == "" then error("a sandbox path must be a non-empty string", 3) end
-  if path:sub(1, 1) ~= "/" then path = M.WORKSPACE .. "/" .. path end
-  for _, root in ipairs{M.WORKSPACE, M.MEMORY} do
+  if path:sub(1, 1) ~= "/" then path = workspace .. "/" .. path end
+  for _, root in ipairs{workspace, M.MEMORY} do
     if path == root or path:sub(1, #root + 1) == root .. "/" then
       local rel = path:sub(#root + 2):gsub("/+", "/"):gsub("^/", ""):gsub("/$", "")
       return root, rel ~= "" and rel or "."
     end
   end
-  return nil, ("%s is outside %s and %s"):format(path, M.WORKSPACE, M.MEMORY)
+  return nil, ("%s is outside %s and %s"):format(path, workspace, M.MEMORY)
 end
 
 --- The last component of a path.

@@ -4,7 +4,9 @@
 --   /home/daytona/workspace   the code's cwd; repo/ (toolbox git clone) and context/ (uploads)
 --   /home/daytona/memory      the Daytona volume `volume_name` (created when missing and waited
 --                             for until ready), else a plain folder that goes with the sandbox
--- The driver lives in /home/daytona/.rlm/ with its unix socket.
+-- The driver lives in /home/daytona/.rlm/ with its unix socket. An interpreter beside this one
+-- (an rlm_query child on the same machine: same_machine) runs a driver of its own in the same
+-- sandbox, in /home/daytona/children/cN, its working directory, with its socket under .rlm/.
 --
 -- Transport (no WebSocket in Debian's libcurl, and the sandbox cannot reach the host): the
 -- driver runs once as a long-lived async session command (`driver.py --serve SOCKET`); every
@@ -36,8 +38,10 @@ local sys = require "rlm.sys"
 
 -- idle_timeout: seconds without a toolbox call after which Daytona stops the sandbox, which,
 -- being ephemeral, deletes it (default: the interpreter's lifetime plus 5 minutes).
+-- child_sandbox: "beside" (the default: an interpreter given `beside` runs in that one's
+-- sandbox when it needs no other machine; see same_machine) or "own" (always a sandbox of its own).
 local M = {name = "daytona", options = {daytona = true, snapshot = true, labels = true,
-                                        idle_timeout = true}}
+                                        idle_timeout = true, child_sandbox = true}}
 
 -- Seconds destroy() waits in place for its DELETE; what is left is settle()'s to finish.
 M.DELETE_WAIT = 30
@@ -46,6 +50,8 @@ local HOME, WORKSPACE, MEMORY = common.HOME, common.WORKSPACE, common.MEMORY
 local basename = common.basename
 local RLM_DIR = HOME .. "/.rlm"
 local DRIVER = RLM_DIR .. "/driver.py"
+-- Drivers beside the sandbox's own, each in a folder of its own: CHILDREN/c1, c2, ...
+local CHILDREN = HOME .. "/children"
 local PYTHON = "python3"
 -- The driver's short-lived helpers (--client, --wait-ready) import nothing from site folders:
 -- without site each starts a few milliseconds sooner, and one runs per request.
@@ -124,6 +130,9 @@ function M.check(opts)
     error("labels must be a table of name = string", 0)
   end
   if opts.volume_name ~= nil then check_volume_name(opts.volume_name) end
+  if opts.child_sandbox ~= nil and opts.child_sandbox ~= "beside" and opts.child_sandbox ~= "own" then
+    error('child_sandbox must be "beside" or "own"', 0)
+  end
   client_for(opts)
 end
 
@@ -299,7 +308,8 @@ function M.create(opts)
   end)
 
   local self = setmetatable({id = created.id, client = client, opts = opts, steps = steps,
-                             starts = 0, requests = 0}, Sandbox)
+                             starts = 0, requests = 0, workspace = WORKSPACE, rlm_dir = RLM_DIR,
+                             children = 0}, Sandbox)
   local ok, err = pcall(function()
     local sb = timed(steps, "start", function()
       if created.state == "started" then return created end
@@ -359,8 +369,8 @@ function Sandbox:start_driver()
   if self.session then return true end
   if self.starts > 0 then self:ensure_started() end
   self.starts = self.starts + 1
-  local session = ("rlm-driver-%d"):format(self.starts)
-  local socket = ("%s/driver-%d.sock"):format(RLM_DIR, self.starts)
+  local session = ("rlm-%sdriver-%d"):format(self.child and self.child .. "-" or "", self.starts)
+  local socket = ("%s/driver-%d.sock"):format(self.rlm_dir, self.starts)
   local tb = self.toolbox
   -- The name is new, so it may go again: 409 "session already exists" (apps/daemon/pkg/session/
   -- create.go) means an earlier attempt made it.
@@ -369,9 +379,10 @@ function Sandbox:start_driver()
   if not ok and err.status ~= 409 then fail("cannot start the sandbox's driver (session)", err) end
   -- No `exec`: on Daytona a session is one long-lived shell, which must outlive the driver.
   -- Its output goes to files read_ready() watches from inside; its exit status too.
-  local outputs = ("%s/driver-%d"):format(RLM_DIR, self.starts)
-  local command = ("mkdir -p %s %s && cd %s && %s -u %s --serve %s %s > %s.out 2> %s.err; " ..
-                   "echo $? > %s.exit"):format(WORKSPACE, MEMORY, WORKSPACE, PYTHON, DRIVER, socket,
+  local outputs = ("%s/driver-%d"):format(self.rlm_dir, self.starts)
+  local command = ("mkdir -p %s %s %s && cd %s && %s%s -u %s --serve %s %s > %s.out 2> %s.err; " ..
+                   "echo $? > %s.exit"):format(self.workspace, self.rlm_dir, MEMORY, self.workspace,
+    self.child and self:links_script() or "", PYTHON, DRIVER, socket,
     table.concat(common.driver_settings(self.opts), " "), outputs, outputs, outputs)
   local res, why = tb:session_exec{session = session, command = command, async = true}
   if not res and (why.status == nil or why.status == 502 or why.status == 503 or
@@ -461,7 +472,7 @@ function Sandbox:client_command(line, request_id, wait)
     return ("%s --request-b64 %s"):format(client, common.base64_encode(line))
   end
   -- One file per id: replies of several calls may be uploaded at once. The client removes it.
-  local file = ("%s/request-%s.json"):format(RLM_DIR, request_id)
+  local file = ("%s/request-%s.json"):format(self.rlm_dir, request_id)
   local ok, err = self.toolbox:upload({{path = file, data = line}})
   if not ok then return nil, "cannot upload the request: " .. tostring(err) end
   return ("%s --request-file %s"):format(client, file)
@@ -613,10 +624,10 @@ end
 
 -- ---------- files and commands ----------
 
--- A sandbox path under the workspace or the volume (relative: under the workspace), refusing
--- anything else, as the local backend does.
-local function sandbox_path(path)
-  local root, rel = common.place(path)
+-- A sandbox path under the driver's folder (the workspace) or the volume (relative: under the
+-- folder), refusing anything else, as the local backend does.
+local function sandbox_path(path, workspace)
+  local root, rel = common.place(path, workspace)
   if not root then return nil, rel end
   for part in rel:gmatch("[^/]+") do
     if part == ".." then return nil, path .. ": '..' is not allowed" end
@@ -632,7 +643,7 @@ local function file_error(path, err)
 end
 
 function Sandbox:upload(path, data)
-  local p, err = sandbox_path(path)
+  local p, err = sandbox_path(path, self.workspace)
   if not p then return nil, err end
   local ok, why = self.toolbox:upload({{path = p, data = data}})
   if not ok then return nil, file_error(p, why) end
@@ -641,7 +652,7 @@ end
 
 -- The toolbox sends whole files: a range is cut here.
 function Sandbox:download(path, offset, length)
-  local p, err = sandbox_path(path)
+  local p, err = sandbox_path(path, self.workspace)
   if not p then return nil, err end
   local got, why = self.toolbox:download({p}, {timeout = 120})
   if not got then return nil, file_error(p, why) end
@@ -657,8 +668,8 @@ local TYPES = {f = "file", d = "dir", l = "link"}
 --- Entries under dir, recursively: {path=, type="file"|"dir"|"link"|"other", size=}, sorted.
 -- One command (find), not one request per folder.
 function Sandbox:list(dir)
-  dir = (dir or WORKSPACE):gsub("/+$", "")
-  local p, err = sandbox_path(dir)
+  dir = (dir or self.workspace):gsub("/+$", "")
+  local p, err = sandbox_path(dir, self.workspace)
   if not p then return nil, err end
   -- Double quotes inside: the script itself travels in single quotes.
   local script = ('[ -d %s ] || { echo "not a directory" >&2; exit 3; }; ' ..
@@ -681,7 +692,7 @@ function Sandbox:shell(cmd, timeout)
   local res, err = self.toolbox:request{
     method = "POST", path = {"process", "execute"},
     timeout = timeout + GRACE, deadline = timeout + GRACE,
-    json = {command = shell_command(cmd), cwd = WORKSPACE, timeout = math.ceil(timeout) + 1}}
+    json = {command = shell_command(cmd), cwd = self.workspace, timeout = math.ceil(timeout) + 1}}
   if not res then
     if err.status == 408 or err.code == "TIMEOUT" then
       return nil, ("the command ran past %g s"):format(timeout)
@@ -695,6 +706,8 @@ end
 
 -- DELETE transfers started where waiting was not allowed: op -> sandbox id.
 local deleting = {}
+-- Requests that tidy a child's driver and folder away (Beside:destroy), started likewise: op -> true.
+local tidying = {}
 
 local function in_finaliser()
   for level = 3, 60 do
@@ -748,6 +761,11 @@ end
 -- are still unfinished and the ids that failed.
 function M.settle(timeout)
   local deadline = sys.now() + (timeout or DELETE_TIMEOUT)
+  for op in pairs(tidying) do
+    if not op:done() then async.await(op:id(), math.max(deadline - sys.now(), 0.01)) end
+    tidying[op] = nil
+    async.forget(op:id())
+  end
   local failed, ops = {}, {}
   for op in pairs(deleting) do ops[#ops + 1] = op end
   for _, op in ipairs(ops) do
@@ -760,6 +778,93 @@ function M.settle(timeout)
   local left = 0
   for _ in pairs(deleting) do left = left + 1 end
   return left, failed
+end
+
+-- ---------- drivers beside the sandbox's own ----------
+
+-- The options that make the machine. A child whose options differ from its parent's in any of
+-- them (another account, region or key; image; network; volume; environment; labels; idle
+-- limit; staged repository or context) needs a sandbox of its own.
+local MACHINE = {"daytona", "snapshot", "network", "volume_name", "env", "labels", "idle_timeout",
+                 "repo_url", "repo_ref", "context_paths"}
+
+local function same_value(a, b)
+  if type(a) ~= "table" or type(b) ~= "table" then return a == b end
+  for k, v in pairs(a) do
+    if not same_value(v, b[k]) then return false end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then return false end
+  end
+  return true
+end
+
+--- Whether an interpreter with opts can run beside one made with host_opts (in its sandbox):
+-- the machine is the same, and opts do not ask for a sandbox of their own (child_sandbox).
+function M.same_machine(host_opts, opts)
+  if opts.child_sandbox == "own" then return false end
+  for _, name in ipairs(MACHINE) do
+    if not same_value(host_opts[name], opts[name]) then return false end
+  end
+  return true
+end
+
+-- A driver beside the sandbox's own: the same machine and toolbox, its own folder (its
+-- working directory, where its socket and files are too) and its own sessions. Deleting it
+-- ends its session and removes its folder; deleting the sandbox takes everything.
+local Beside = setmetatable({}, {__index = Sandbox})
+Beside.__index = Beside
+
+--- A sandbox for opts inside host's (a sandbox this backend made, or one beside it): nothing
+-- is created here; start_driver() makes the folder.
+function M.create_beside(host, opts)
+  local root = host.host or host
+  root.children = root.children + 1
+  local name = ("c%d"):format(root.children)
+  local folder = CHILDREN .. "/" .. name
+  return setmetatable({id = root.id, client = root.client, toolbox = root.toolbox, opts = opts,
+                       steps = {}, starts = 0, requests = 0, host = root, child = name,
+                       workspace = folder, rlm_dir = folder .. "/.rlm"}, Beside)
+end
+
+-- Shell words that show the sandbox's staged repo/ and context/ in a child's folder too (the
+-- same machine has the same files), ending in "&& ".
+function Beside:links_script()
+  local parts = {}
+  for _, name in ipairs{"repo", "context"} do
+    local staged = WORKSPACE .. "/" .. name
+    parts[#parts + 1] = ("{ [ ! -e %s ] || ln -sfn %s %s; }"):format(staged, staged, name)
+  end
+  return table.concat(parts, " && ") .. " && "
+end
+
+--- Ends the child's driver and removes its folder; the sandbox stays. Never raises: what is
+-- left goes with the sandbox. Never yields from a finaliser (both requests then go at once).
+function Beside:destroy()
+  if self.destroyed then return true end
+  self.destroyed = true
+  local tb, session = self.toolbox, self.session
+  self.session, self.toolbox = nil, nil
+  if not tb or self.host.destroyed then return true end
+  local remove = {method = "POST", path = {"process", "execute"}, idempotent = true,
+                  timeout = DELETE_TIMEOUT, deadline = DELETE_TIMEOUT,
+                  json = {command = shell_command("rm -rf " .. sh_quote(self.workspace)),
+                          timeout = DELETE_TIMEOUT}}
+  local ends = session and {method = "DELETE", path = {"process", "session", session},
+                            timeout = 10, deadline = 15}
+  if may_wait() then
+    -- The driver first: a block still running could write into the folder meanwhile.
+    if ends then tb:request(ends) end
+    tb:request(remove)
+    return true
+  end
+  local reqs = ends and {ends, remove} or {remove}
+  for _, req in ipairs(reqs) do
+    req.base, req.retries = tb.base, 3
+    table.insert(req.path, 1, tb.id)
+    tidying[tb.client.core:request(req)] = true
+  end
+  return false
 end
 
 -- The CLI settles every backend's deletions before it exits, through the registry; what is

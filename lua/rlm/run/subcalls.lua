@@ -290,6 +290,8 @@ function Run:rlm_query(task, context, at, item)
     _budget = self.budget:child(self.child_budget), _depth = self.depth + 1, _trace = self.tracer,
     _tool_counts = self.tool_counts, _slot = slot, _replay = self:child_replay(slot),
     _parent = self.id, on_event = self.on_event,
+    -- in the parent's sandbox when the backend can and the child needs no other machine
+    beside = self.interp,
   }, {__index = self.opts}))
   self.child_width.release()
   if not ok then error(child, 0) end
