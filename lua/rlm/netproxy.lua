@@ -129,10 +129,15 @@ function M.new(network)
     local h = entry(host, e, used)
     hosts[h.host] = h
   end
-  -- Longest first: a key that contains another is replaced whole.
+  -- Each value as put in and as a URL carries it (the query's encoding, which an upstream that
+  -- echoes its request target sends back, in either case of hex). Longest first: a key that
+  -- contains another is replaced whole.
   local keys, seen = {}, {}
   for _, v in ipairs(used) do
-    if not seen[v] then seen[v] = true; keys[#keys + 1] = v; secrets.remember(v) end
+    local encoded = url_encode(v)
+    for _, form in ipairs{v, encoded, (encoded:gsub("%%%x%x", string.lower))} do
+      if not seen[form] then seen[form] = true; keys[#keys + 1] = form; secrets.remember(form) end
+    end
   end
   table.sort(keys, function(a, b) return #a > #b or (#a == #b and a < b) end)
   return setmetatable({hosts = hosts, keys = keys}, Proxy)

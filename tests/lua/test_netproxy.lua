@@ -357,4 +357,27 @@ tests["daytona stand-in: the same proxy over the backend's call channel"] = func
   probe_interpreter{backend = "daytona"}
 end
 
+tests["a key the host URL-encodes into the query is redacted as it was sent"] = function()
+  -- a key with the characters base64 keys have: sent as sk%2Bq%2F..., which an upstream echoes
+  local qkey, qvar = "sk+q/7f3c=9e1d5b2a", "RLM_TEST_QUERY_KEY"
+  local s = T.server{"tests/standins/keyed_api", "--key", qkey}
+  local old = sys.getenv(qvar)
+  sys.setenv(qvar, qkey)
+  T.defer(function() sys.setenv(qvar, old) end)
+  local interp <close> = rlm.interpreter{network = {allow = {["q.example"] = {upstream = s.url,
+    query = {api_key = "${" .. qvar .. "}"}}}}}
+  local _, run = interp:execute([[
+import urllib.request
+print(urllib.request.urlopen('http://q.example/echo?x=1').read().decode())
+print(urllib.request.urlopen('http://q.example/echo?x=2').read().decode().upper())
+]])
+  T.eq(run.error, nil, run.traceback)
+  T.contains(run.stdout, '"target": "/echo?x=1&api_key=[redacted]"', "the encoded key is redacted")
+  T.contains(run.stdout, '"query": {"x": "1", "api_key": "[redacted]"}', "and the decoded one")
+  local encoded = "sk%2Bq%2F7f3c%3D9e1d5b2a"
+  for _, form in ipairs{qkey, encoded, encoded:lower(), encoded:upper()} do
+    T.truthy(not run.stdout:upper():find(form:upper(), 1, true), "no form of the key: " .. run.stdout)
+  end
+end
+
 return tests
