@@ -44,6 +44,13 @@ local HOP = {connection = true, ["keep-alive"] = true, ["proxy-connection"] = tr
 local Proxy = {}
 Proxy.__index = Proxy
 
+-- What the code wrote as a host or method, as records and messages show it: a host name is at
+-- most 253 bytes, and a refusal costs the code nothing, so each must stay small.
+local SHOWN = 255
+local function shown(text)
+  return #text > SHOWN and text:sub(1, SHOWN) or text
+end
+
 local function misuse(host, msg)
   error(("network.allow[%q]%s"):format(host, msg), 0)
 end
@@ -165,20 +172,21 @@ end
 function Proxy:prepare(args)
   local method, url = tostring(args.method or ""), tostring(args.url or "")
   if method == "CONNECT" then
-    local authority = url:match("^([^/]+)$") or url
+    local authority = shown(url:match("^([^/]+)$") or url)
     local e = self:lookup(authority) or self:lookup((authority:gsub(":443$", "")))
     if not e then return nil, 403, ("rlm: %s is not in the run's network allow list"):format(authority), authority end
     return nil, 403, hint(authority), authority
   end
-  if not method:match("^%u+$") then return nil, 400, "rlm: not an HTTP method: " .. method end
+  if not method:match("^%u+$") then return nil, 400, "rlm: not an HTTP method: " .. shown(method) end
   local authority, rest = url:match("^[Hh][Tt][Tt][Pp]://([^/?#]+)(.*)$")
   if not authority then
     return nil, 400, "rlm: the proxy takes http://HOST/... URLs (the host makes them https)"
   end
-  if authority:find("@", 1, true) then return nil, 400, "rlm: no user names in the URL", authority end
+  if authority:find("@", 1, true) then return nil, 400, "rlm: no user names in the URL", shown(authority) end
   local e = self:lookup(authority)
   if not e then
-    return nil, 403, ("rlm: %s is not in the run's network allow list"):format(authority:lower()), authority
+    authority = shown(authority:lower())
+    return nil, 403, ("rlm: %s is not in the run's network allow list"):format(authority), authority
   end
   rest = rest:gsub("#.*$", "")
   if rest == "" or rest:sub(1, 1) == "?" then rest = "/" .. rest end
@@ -205,7 +213,7 @@ end
 function Proxy:host_of(args)
   local url = tostring(args.url or "")
   local authority = url:match("^[Hh][Tt][Tt][Pp]://([^/?#]+)") or url:match("^([^/]+)$") or "?"
-  return authority:lower()
+  return shown(authority:lower())
 end
 
 --- The allow-list entry of an "http" call's host, or nil: its price and max_calls.
@@ -274,6 +282,11 @@ end
 function M.shown_url(args)
   local url = tostring(args.url or "")
   return #url > 2000 and url:sub(1, 2000) or url
+end
+
+--- The code's method as the trajectory keeps it.
+function M.shown_method(args)
+  return shown(tostring(args.method))
 end
 
 return M

@@ -380,4 +380,36 @@ print(urllib.request.urlopen('http://q.example/echo?x=2').read().decode().upper(
   end
 end
 
+tests["a refused request with a huge host or method makes a small record"] = function()
+  local s = upstream()
+  local code = [[
+import os, socket
+port = int(os.environ['HTTP_PROXY'].rsplit(':', 1)[1])
+for line in (b'GET http://' + b'h' * 60000 + b'/ HTTP/1.1', b'M' * 60000 + b' http://search.example/ HTTP/1.1',
+             b'get' + b'm' * 60000 + b' http://search.example/ HTTP/1.1'):
+    c = socket.create_connection(('127.0.0.1', port), timeout=30)
+    c.sendall(line + b'\r\n\r\n')
+    print(c.recv(100)[:12])
+    c.close()
+SUBMIT(answer='x')
+]]
+  F.model{rules = {{match = "Task: huge", reply = F.code(code)}}}
+  local path = T.tmpdir() .. "/t.jsonl"
+  local res = rlm.run{task = "huge", context = "x", network = network(s), trace = path, max_iterations = 1}
+  T.eq(res.reason, "submitted", tostring(res.detail))
+  local http = {}
+  for _, r in ipairs(assert(trace.read(path))) do
+    if r.type == "subcall" and r.kind == "http" then http[#http + 1] = r end
+  end
+  T.eq(#http, 3, "each refusal is recorded")
+  T.eq(http[1].status, 403)
+  T.contains(http[1].host, "hhhhhhhh")
+  T.eq(http[3].status, 400)
+  T.contains(http[3].refused, "not an HTTP method: getmmm")
+  for _, r in ipairs(http) do
+    local size = #json.encode(r)
+    T.truthy(size > 100 and size < 6000, "a record of " .. size .. " bytes")
+  end
+end
+
 return tests

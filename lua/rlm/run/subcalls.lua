@@ -425,8 +425,9 @@ function Run:http_call(args)
     self.budget:settle(ticket, label, reached and EMPTY or nil, reached and (e.price or 0) or 0)
   end
   async.check_interrupt()
+  local netproxy = require "rlm.netproxy"
   self:record{type = "subcall", kind = "http", turn = self.turn, count = 1, model = label,
-              method = tostring(args.method), url = require("rlm.netproxy").shown_url(args),
+              method = netproxy.shown_method(args), url = netproxy.shown_url(args),
               host = info.host, status = info.status, bytes = info.bytes, refused = info.refused,
               duration = sys.now() - started}
   if not results then return nil, info.refused end
