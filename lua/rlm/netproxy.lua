@@ -223,7 +223,8 @@ end
 
 --- Makes the request of an "http" call: {response} where response = {status, reason,
 -- headers ([name, value] pairs), body (base64)}, always (a refusal is a response too), and
--- what happened for the trajectory: {host, status, bytes, refused = reason}.
+-- what happened for the trajectory: {host, status, bytes, refused = reason, sent = true when
+-- the request went to the upstream (which may have done the work, whatever came back)}.
 function Proxy:request(args)
   local req, e, reason, host = self:prepare(args)
   if not req then
@@ -235,7 +236,7 @@ function Proxy:request(args)
     local why = err.kind == "too_large"
       and ("rlm: the answer from %s is over max_bytes (%d bytes)"):format(e.host, e.max_bytes)
       or ("rlm: %s: %s"):format(e.host, redact.text(tostring(err.message or err), self.keys))
-    return {refusal(502, why)}, {host = e.host, status = 502, refused = why}
+    return {refusal(502, why)}, {host = e.host, status = 502, refused = why, sent = true}
   end
   local names, headers = {}, {}
   for name in pairs(res.headers or {}) do
@@ -247,7 +248,7 @@ function Proxy:request(args)
   end
   local body = redact.text(res.body or "", self.keys)
   return {{status = res.status, headers = json.array(headers), body = base64.encode(body)}},
-         {host = e.host, status = res.status, bytes = #body}
+         {host = e.host, status = res.status, bytes = #body, sent = true}
 end
 
 --- Answers an "http" call as an on_call handler does: {response}.

@@ -412,4 +412,25 @@ SUBMIT(answer='x')
   end
 end
 
+tests["a request the upstream answered past max_bytes is paid for all the same"] = function()
+  local s = upstream()
+  local net = network(s)
+  net.allow["search.example"].max_bytes = 100
+  F.model{rules = {{match = "Task: big paid", reply = F.code([[
+import urllib.request, urllib.error
+for i in range(5):
+    try:
+        print(urllib.request.urlopen('http://search.example/big?bytes=1000').status)
+    except urllib.error.HTTPError as e:
+        print(e.code, e.read().decode().strip()[:60])
+SUBMIT(answer='x')
+]])}}}
+  local res = rlm.run{task = "big paid", context = "x", network = net, max_iterations = 1,
+                      max_cost = 0.025, prices = {["openai/root-model"] = {input = 0, output = 0}}}
+  T.eq(res.reason, "submitted", tostring(res.detail))
+  -- two requests fit $0.025 at $0.01 each; the upstream answered both, so both are paid
+  T.eq(stats(s).keyed, 2, "the third request is refused by the budget, not sent")
+  T.eq(res.usage.by_model["http:search.example"].cost, 0.02)
+end
+
 return tests

@@ -420,9 +420,10 @@ function Run:http_call(args)
   local started = sys.now()
   local ok, results, info = pcall(proxy.request, proxy, args)
   if not ok then results, info = nil, {host = label:sub(6), refused = tostring(results)} end
+  -- paid when sent: an upstream that answered past max_bytes or too late did the work
   local reached = info.refused == nil
   if ticket then
-    self.budget:settle(ticket, label, reached and EMPTY or nil, reached and (e.price or 0) or 0)
+    self.budget:settle(ticket, label, reached and EMPTY or nil, info.sent and (e.price or 0) or 0)
   end
   async.check_interrupt()
   local netproxy = require "rlm.netproxy"
