@@ -89,6 +89,15 @@ class TestProxy(DriverTest):
         self.assertIn("rlm: a malformed chunked body", ev["stdout"])
         self.assertEqual(ev["stderr"], "")
 
+    def test_a_negative_chunk_size_is_a_400_not_a_body_read_to_the_end(self):
+        # read(-1) would read to the end of the stream, past the body limit: the driver then
+        # sent the host a line over its limit and lost its state
+        self.start_proxy()
+        ev = self.run_ok(RAW_CLIENT % (b"POST http://a.example/ HTTP/1.1\r\nTransfer-Encoding: chunked"
+                                       b"\r\n\r\n-1\r\nhello\r\n0\r\n\r\n"))
+        self.assertTrue(ev["stdout"].startswith("HTTP/1.1 400 Bad Request\r\n"), ev["stdout"])
+        self.assertIn("rlm: a malformed chunked body", ev["stdout"])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -111,6 +111,8 @@ def read_proxy_body(reader, names, max_body):
         body = bytearray()
         while True:
             size = int(reader.readline(100).split(b";")[0].strip() or b"0", 16)
+            if size < 0:
+                raise ValueError("a negative chunk size")   # read(-1) reads to the end
             if size == 0:
                 while reader.readline(PROXY_MAX_HEAD) not in (b"\r\n", b"\n", b""):
                     pass   # trailers
