@@ -190,6 +190,11 @@ function Proxy:prepare(args)
   end
   rest = rest:gsub("#.*$", "")
   if rest == "" or rest:sub(1, 1) == "?" then rest = "/" .. rest end
+  -- libcurl resolves . and .. (%2e too, by the upstream): they would climb out of the path of
+  -- an upstream such as https://gateway.example/search
+  if (rest:match("^[^?]*"):gsub("%%2[eE]", ".") .. "/"):find("/%.%.?/") then
+    return nil, 400, "rlm: no . or .. segments in the URL's path", e.host
+  end
   if e.query ~= "" then rest = rest .. (rest:find("?", 1, true) and "&" or "?") .. e.query end
   local headers = {}
   for _, h in ipairs(type(args.headers) == "table" and args.headers or {}) do

@@ -433,4 +433,24 @@ SUBMIT(answer='x')
   T.eq(res.usage.by_model["http:search.example"].cost, 0.02)
 end
 
+tests["an upstream with a path keeps the code under it: no . or .. segments"] = function()
+  local s = upstream()
+  -- the stand-in answers /echo, never /base/...: what is under /base is a 404
+  local proxy = require("rlm.netproxy").new{allow = {["api.example"] = {upstream = s.url .. "/base",
+    headers = {Authorization = "Bearer ${" .. VAR .. "}"}}}}
+  local function get(path)
+    local res, info = proxy:request{method = "GET", url = "http://api.example" .. path}
+    return res[1].status, info.refused
+  end
+  T.eq(get("/echo"), 404, "under the upstream's path")
+  for _, path in ipairs{"/../echo", "/%2e%2e/echo", "/%2E./echo", "/./../echo", "/x/../../echo",
+                        "/..?q=1", "/.."} do
+    local status, why = get(path)
+    T.eq(status, 400, path)
+    T.contains(why, "no . or .. segments", path)
+  end
+  T.eq(select(1, get("/..x?q=dots")), 404, "a name with dots is no segment")
+  T.eq(stats(s).keyed, 2, "nothing but those two reached the upstream with the key")
+end
+
 return tests
