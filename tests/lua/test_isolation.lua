@@ -702,6 +702,27 @@ tests["a repository counts against limits.workspace; a context does not"] = func
   T.contains(err, "limits.workspace")
 end
 
+-- Another spelling of a context path (./context, context/.) names the same read-only folder:
+-- not the empty folder beneath its mount on the workspace's tmpfs, which the code never sees.
+tests["the context is read-only and the same however its path is spelled"] = function()
+  local dir = T.tmpdir()
+  assert(sys.write_file(dir .. "/c.txt", "context bytes"))
+  local i = interp{context_paths = {dir .. "/c.txt"}}
+  i:start()
+  for _, path in ipairs{"./context/new.txt", "context/./new.txt", "./context"} do
+    local wrote, why = i:upload(path, "x")
+    T.eq(wrote, nil, "uploaded " .. path)
+    T.contains(why, "read-only")
+  end
+  for _, path in ipairs{"./context/c.txt", "context/./c.txt", "/home/daytona/workspace/./context/c.txt"} do
+    T.eq(i:download(path, 0, 100), "context bytes", path)
+  end
+  local listed = {}
+  for _, e in ipairs(assert(i:files("./context"))) do listed[#listed + 1] = e.path end
+  T.eq(listed, {"/home/daytona/workspace/context/c.txt"})
+  T.eq(probe(i, "import os\nprint(sorted(os.listdir('context')))"), "['c.txt']\n")
+end
+
 -- What the sandbox's workspace and memory hold, counted in blocks (st_blocks: a sparse or
 -- preallocated file counts what it takes, not its size).
 local function held(i)
