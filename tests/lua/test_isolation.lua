@@ -723,6 +723,23 @@ tests["the context is read-only and the same however its path is spelled"] = fun
   T.eq(probe(i, "import os\nprint(sorted(os.listdir('context')))"), "['c.txt']\n")
 end
 
+-- A context path that ends in . or .. (relative, or not) is staged under the name of the folder
+-- it names, inside context/: never beside it, in the sandbox's own folder.
+tests["a context path ending in . or .. is staged inside context/"] = function()
+  local dir = T.tmpdir()
+  assert(sys.mkdir_p(dir .. "/outer/inner"))
+  assert(sys.write_file(dir .. "/outer/inner/f", "deep"))
+  assert(sys.write_file(dir .. "/outer/g", "shallow"))
+  local i = interp{context_paths = {dir .. "/outer/inner/..", dir .. "/outer/inner/."}}
+  T.eq(probe(i, [[
+import json
+print(json.dumps([open(p).read() for p in ("context/outer/g", "context/outer/inner/f", "context/inner/f")]))]]),
+       {"shallow", "deep", "deep"})
+  local names = sys.list_dir(i.sandbox.root)
+  table.sort(names)
+  T.eq(names, {"context", "files"}, "what the sandbox's folder holds")
+end
+
 -- What the sandbox's workspace and memory hold, counted in blocks (st_blocks: a sparse or
 -- preallocated file counts what it takes, not its size).
 local function held(i)

@@ -305,7 +305,9 @@ local function stage_context(parent, paths)
   local dir <close> = assert(parent:make("context", tonumber("755", 8)))
   for _, p in ipairs(paths) do
     if not sys.stat(p) then error(("context_paths: %s does not exist"):format(p), 0) end
-    run_checked({"cp", "-a", "--", absolute(p), basename(p)}, "cannot copy " .. p, dir)
+    -- named by the folder the path names: context/.. would lie beside context/
+    local from = absolute(p)
+    run_checked({"cp", "-a", "--", from, basename(from)}, "cannot copy " .. p, dir)
   end
 end
 
