@@ -1207,4 +1207,28 @@ print(json.dumps(hit))
   T.eq(r2.code, 0, "the host's repository after the sandbox: " .. r2.stderr:sub(1, 300))
 end
 
+-- repo_ref reaches git checkout on the host, as rlm's user (root, often): one that begins with
+-- '-' would be an option, and --pathspec-from-file=FILE puts FILE's lines in the error.
+tests["a repo_ref that is an option is refused before git sees it"] = function()
+  local dir = T.tmpdir()
+  assert(sys.write_file(dir .. "/secret", "host secret line\n"))
+  local src = dir .. "/repo"
+  assert(sys.mkdir_p(src))
+  assert(sys.write_file(src .. "/README", "x\n"))
+  for _, argv in ipairs{{"git", "init", "-q", src}, {"git", "-C", src, "add", "README"},
+                        {"git", "-C", src, "-c", "user.name=t", "-c", "user.email=t@t",
+                         "commit", "-qm", "x"}} do
+    local r = assert(sys.run(argv))
+    assert(r.code == 0, r.stderr)
+  end
+  local ok, err = pcall(function()
+    interp{repo_url = src, repo_ref = "--pathspec-from-file=" .. dir .. "/secret"}:start()
+  end)
+  T.eq(ok, false)
+  T.truthy(not tostring(err):find("host secret", 1, true), err)
+  T.contains(err, "repo_ref")
+  -- an ordinary ref still checks out
+  T.eq(probe(interp{repo_url = src, repo_ref = "HEAD"}, "print(open('repo/README').read())"), "x\n\n")
+end
+
 return tests

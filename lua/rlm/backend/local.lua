@@ -295,6 +295,8 @@ local function stage_repo(workspace, url, ref)
                 "git clone " .. url .. " failed", workspace)
   end
   if ref then
+    -- an option, not a ref: --pathspec-from-file=FILE would read any file of rlm's user
+    if ref:sub(1, 1) == "-" then error(("repo_ref %q begins with '-': no ref does"):format(ref), 0) end
     run_checked({"git", "-C", "repo", "checkout", "--quiet", ref, "--"},
                 ("git checkout %s in %s failed"):format(ref, url), workspace)
   end
