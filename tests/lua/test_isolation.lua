@@ -428,6 +428,26 @@ tests["each sandbox of root's has a uid of its own, no other host user's"] = fun
   end
 end
 
+-- A file others may read, in a folder only root may enter: its staged copy is as closed.
+tests["a context file behind a root-only folder stays closed to host nobody"] = function()
+  if not ROOT then T.skip("root's files, another user's eyes") end
+  local dir = T.tmpdir() .. "/closed"
+  assert(sys.mkdir_p(dir .. "/inner"))
+  assert(sys.chmod(dir, tonumber("700", 8)))
+  assert(sys.write_file(dir .. "/open.txt", "behind a closed folder"))
+  assert(sys.chmod(dir .. "/open.txt", tonumber("644", 8)))
+  assert(sys.write_file(dir .. "/inner/deep.txt", "deeper"))
+  assert(sys.chmod(dir .. "/inner/deep.txt", tonumber("644", 8)))
+  assert(sys.chmod(dir .. "/inner", tonumber("755", 8)))
+  local c = interp{context_paths = {dir .. "/open.txt", dir .. "/inner"}}
+  T.eq(probe(c, "print(open('context/open.txt').read(), open('context/inner/deep.txt').read())"),
+       "behind a closed folder deeper\n")
+  for _, path in ipairs{c.sandbox.context .. "/open.txt", c.sandbox.context .. "/inner/deep.txt"} do
+    local r = read_as_nobody(path)
+    T.truthy(r and r.code ~= 0 and r.stdout == "", "host uid 65534 read " .. path)
+  end
+end
+
 -- A second root-run rlm: its sandbox runs a fork bomb and holds its processes at the wall.
 local HOLDER = [[
 local rlm = require "rlm"

@@ -304,7 +304,8 @@ end
 
 local function stage_context(parent, paths)
   if type(paths) == "string" then paths = {paths} end
-  local dir <close> = assert(parent:make("context", tonumber("755", 8)))
+  -- PRIVATE: a file others may read, copied from a folder they may not enter, stays closed
+  local dir <close> = assert(parent:make("context", PRIVATE))
   for _, p in ipairs(paths) do
     if not sys.stat(p) then error(("context_paths: %s does not exist"):format(p), 0) end
     -- named by the folder the path names: context/.. would lie beside context/
