@@ -448,6 +448,27 @@ tests["a context file behind a root-only folder stays closed to host nobody"] = 
   end
 end
 
+-- What the code keeps in its volume is as closed to other host users as its workspace: a new
+-- volume, and one made before it was (0755).
+tests["a volume's files stay closed to host nobody"] = function()
+  if not ROOT then T.skip("root's sandboxes, another user's eyes") end
+  local top = T.tmpdir()
+  assert(sys.chmod(top, tonumber("711", 8)))
+  local saved = sys.getenv("XDG_DATA_HOME")
+  T.defer(function() sys.setenv("XDG_DATA_HOME", saved) end)
+  sys.setenv("XDG_DATA_HOME", top .. "/data")
+  assert(sys.mkdir_p(top .. "/data/rlm/volumes/old"))
+  assert(sys.chmod(top .. "/data/rlm/volumes/old", tonumber("755", 8)))
+  for _, name in ipairs{"new", "old"} do
+    local i = interp{volume_name = name}
+    probe(i, "open('/home/daytona/memory/kept.txt', 'w').write('kept')\nprint(1)")
+    local path = i.sandbox.memory .. "/kept.txt"
+    T.eq(sys.read_file(path), "kept")
+    local r = read_as_nobody(path)
+    T.truthy(r and r.code ~= 0 and r.stdout == "", "host uid 65534 read " .. path)
+  end
+end
+
 -- A second root-run rlm: its sandbox runs a fork bomb and holds its processes at the wall.
 local HOLDER = [[
 local rlm = require "rlm"

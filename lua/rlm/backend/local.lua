@@ -483,7 +483,7 @@ function M.create(opts)
     self.memory = volume or (self.files .. "/memory")
     self.workspace_dir = assert(self.files_dir:make("workspace", PRIVATE, true))
     local made, why
-    if volume then made, why = store:make(opts.volume_name, tonumber("755", 8))
+    if volume then made, why = store:make(opts.volume_name, PRIVATE)
     else made, why = self.files_dir:make("memory", PRIVATE, true) end
     if not made then error("cannot create the volume directory: " .. why, 0) end
     self.memory_dir = made
@@ -507,6 +507,8 @@ function M.create(opts)
     -- over, unless it belongs to another uid (made before volumes had uids of their own).
     give_to(self.uid, self.workspace_dir, true)
     give_to(self.uid, self.memory_dir, not volume or made:stat().uid ~= self.uid)
+    -- closed to other host users, as the workspace is (volumes made before were 0755)
+    if volume then assert(made:chmod(PRIVATE)) end
     if self.context_dir then give_to(self.uid, self.context_dir, true) end
   end)
   if store then store:close() end
