@@ -428,6 +428,47 @@ tests["each sandbox of root's has a uid of its own, no other host user's"] = fun
   end
 end
 
+-- A file others may read, in a folder only root may enter: its staged copy is as closed.
+tests["a context file behind a root-only folder stays closed to host nobody"] = function()
+  if not ROOT then T.skip("root's files, another user's eyes") end
+  local dir = T.tmpdir() .. "/closed"
+  assert(sys.mkdir_p(dir .. "/inner"))
+  assert(sys.chmod(dir, tonumber("700", 8)))
+  assert(sys.write_file(dir .. "/open.txt", "behind a closed folder"))
+  assert(sys.chmod(dir .. "/open.txt", tonumber("644", 8)))
+  assert(sys.write_file(dir .. "/inner/deep.txt", "deeper"))
+  assert(sys.chmod(dir .. "/inner/deep.txt", tonumber("644", 8)))
+  assert(sys.chmod(dir .. "/inner", tonumber("755", 8)))
+  local c = interp{context_paths = {dir .. "/open.txt", dir .. "/inner"}}
+  T.eq(probe(c, "print(open('context/open.txt').read(), open('context/inner/deep.txt').read())"),
+       "behind a closed folder deeper\n")
+  for _, path in ipairs{c.sandbox.context .. "/open.txt", c.sandbox.context .. "/inner/deep.txt"} do
+    local r = read_as_nobody(path)
+    T.truthy(r and r.code ~= 0 and r.stdout == "", "host uid 65534 read " .. path)
+  end
+end
+
+-- What the code keeps in its volume is as closed to other host users as its workspace: a new
+-- volume, and one made before it was (0755).
+tests["a volume's files stay closed to host nobody"] = function()
+  if not ROOT then T.skip("root's sandboxes, another user's eyes") end
+  local top = T.tmpdir()
+  assert(sys.chmod(top, tonumber("711", 8)))
+  local saved = sys.getenv("XDG_DATA_HOME")
+  T.defer(function() sys.setenv("XDG_DATA_HOME", saved) end)
+  sys.setenv("XDG_DATA_HOME", top .. "/data")
+  assert(sys.mkdir_p(top .. "/data/rlm/volumes/old"))
+  assert(sys.chmod(top .. "/data/rlm/volumes/old", tonumber("755", 8)))
+  for _, name in ipairs{"new", "old"} do
+    local i = interp{volume_name = name}
+    probe(i, "open('/home/daytona/memory/kept.txt', 'w').write('kept')\nprint(1)")
+    local path = i.sandbox.memory .. "/kept.txt"
+    T.eq(sys.read_file(path), "kept")
+    local r = read_as_nobody(path)
+    T.truthy(r and r.code ~= 0 and r.stdout == "", "host uid 65534 read " .. path)
+  end
+end
+
 -- A second root-run rlm: its sandbox runs a fork bomb and holds its processes at the wall.
 local HOLDER = [[
 local rlm = require "rlm"
@@ -700,6 +741,44 @@ tests["a repository counts against limits.workspace; a context does not"] = func
   local ok, err = pcall(function() interp{limits = {workspace = "4M"}, repo_url = dir .. "/small"}:start() end)
   T.eq(ok, false, "a 5 MiB repository staged under a 4 MiB limit")
   T.contains(err, "limits.workspace")
+end
+
+-- Another spelling of a context path (./context, context/.) names the same read-only folder:
+-- not the empty folder beneath its mount on the workspace's tmpfs, which the code never sees.
+tests["the context is read-only and the same however its path is spelled"] = function()
+  local dir = T.tmpdir()
+  assert(sys.write_file(dir .. "/c.txt", "context bytes"))
+  local i = interp{context_paths = {dir .. "/c.txt"}}
+  i:start()
+  for _, path in ipairs{"./context/new.txt", "context/./new.txt", "./context"} do
+    local wrote, why = i:upload(path, "x")
+    T.eq(wrote, nil, "uploaded " .. path)
+    T.contains(why, "read-only")
+  end
+  for _, path in ipairs{"./context/c.txt", "context/./c.txt", "/home/daytona/workspace/./context/c.txt"} do
+    T.eq(i:download(path, 0, 100), "context bytes", path)
+  end
+  local listed = {}
+  for _, e in ipairs(assert(i:files("./context"))) do listed[#listed + 1] = e.path end
+  T.eq(listed, {"/home/daytona/workspace/context/c.txt"})
+  T.eq(probe(i, "import os\nprint(sorted(os.listdir('context')))"), "['c.txt']\n")
+end
+
+-- A context path that ends in . or .. (relative, or not) is staged under the name of the folder
+-- it names, inside context/: never beside it, in the sandbox's own folder.
+tests["a context path ending in . or .. is staged inside context/"] = function()
+  local dir = T.tmpdir()
+  assert(sys.mkdir_p(dir .. "/outer/inner"))
+  assert(sys.write_file(dir .. "/outer/inner/f", "deep"))
+  assert(sys.write_file(dir .. "/outer/g", "shallow"))
+  local i = interp{context_paths = {dir .. "/outer/inner/..", dir .. "/outer/inner/."}}
+  T.eq(probe(i, [[
+import json
+print(json.dumps([open(p).read() for p in ("context/outer/g", "context/outer/inner/f", "context/inner/f")]))]]),
+       {"shallow", "deep", "deep"})
+  local names = sys.list_dir(i.sandbox.root)
+  table.sort(names)
+  T.eq(names, {"context", "files"}, "what the sandbox's folder holds")
 end
 
 -- What the sandbox's workspace and memory hold, counted in blocks (st_blocks: a sparse or
@@ -1167,6 +1246,30 @@ print(json.dumps(hit))
   T.eq(r, {}, "object files shared with the host's repository, now the sandbox's")
   local r2 = assert(sys.run({"git", "-C", src, "fsck", "--full"}))
   T.eq(r2.code, 0, "the host's repository after the sandbox: " .. r2.stderr:sub(1, 300))
+end
+
+-- repo_ref reaches git checkout on the host, as rlm's user (root, often): one that begins with
+-- '-' would be an option, and --pathspec-from-file=FILE puts FILE's lines in the error.
+tests["a repo_ref that is an option is refused before git sees it"] = function()
+  local dir = T.tmpdir()
+  assert(sys.write_file(dir .. "/secret", "host secret line\n"))
+  local src = dir .. "/repo"
+  assert(sys.mkdir_p(src))
+  assert(sys.write_file(src .. "/README", "x\n"))
+  for _, argv in ipairs{{"git", "init", "-q", src}, {"git", "-C", src, "add", "README"},
+                        {"git", "-C", src, "-c", "user.name=t", "-c", "user.email=t@t",
+                         "commit", "-qm", "x"}} do
+    local r = assert(sys.run(argv))
+    assert(r.code == 0, r.stderr)
+  end
+  local ok, err = pcall(function()
+    interp{repo_url = src, repo_ref = "--pathspec-from-file=" .. dir .. "/secret"}:start()
+  end)
+  T.eq(ok, false)
+  T.truthy(not tostring(err):find("host secret", 1, true), err)
+  T.contains(err, "repo_ref")
+  -- an ordinary ref still checks out
+  T.eq(probe(interp{repo_url = src, repo_ref = "HEAD"}, "print(open('repo/README').read())"), "x\n\n")
 end
 
 return tests

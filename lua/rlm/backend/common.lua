@@ -23,8 +23,13 @@ function M.place(path, workspace)
   if path:sub(1, 1) ~= "/" then path = workspace .. "/" .. path end
   for _, root in ipairs{workspace, M.MEMORY} do
     if path == root or path:sub(1, #root + 1) == root .. "/" then
-      local rel = path:sub(#root + 2):gsub("/+", "/"):gsub("^/", ""):gsub("/$", "")
-      return root, rel ~= "" and rel or "."
+      -- "." steps dropped: ./context/f must name what context/f names (the local backend's
+      -- read-only context lies elsewhere than the workspace)
+      local parts = {}
+      for part in path:sub(#root + 2):gmatch("[^/]+") do
+        if part ~= "." then parts[#parts + 1] = part end
+      end
+      return root, #parts > 0 and table.concat(parts, "/") or "."
     end
   end
   return nil, ("%s is outside %s and %s"):format(path, workspace, M.MEMORY)

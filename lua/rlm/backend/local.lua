@@ -295,6 +295,8 @@ local function stage_repo(workspace, url, ref)
                 "git clone " .. url .. " failed", workspace)
   end
   if ref then
+    -- an option, not a ref: --pathspec-from-file=FILE would read any file of rlm's user
+    if ref:sub(1, 1) == "-" then error(("repo_ref %q begins with '-': no ref does"):format(ref), 0) end
     run_checked({"git", "-C", "repo", "checkout", "--quiet", ref, "--"},
                 ("git checkout %s in %s failed"):format(ref, url), workspace)
   end
@@ -302,10 +304,13 @@ end
 
 local function stage_context(parent, paths)
   if type(paths) == "string" then paths = {paths} end
-  local dir <close> = assert(parent:make("context", tonumber("755", 8)))
+  -- PRIVATE: a file others may read, copied from a folder they may not enter, stays closed
+  local dir <close> = assert(parent:make("context", PRIVATE))
   for _, p in ipairs(paths) do
     if not sys.stat(p) then error(("context_paths: %s does not exist"):format(p), 0) end
-    run_checked({"cp", "-a", "--", absolute(p), basename(p)}, "cannot copy " .. p, dir)
+    -- named by the folder the path names: context/.. would lie beside context/
+    local from = absolute(p)
+    run_checked({"cp", "-a", "--", from, basename(from)}, "cannot copy " .. p, dir)
   end
 end
 
@@ -478,7 +483,7 @@ function M.create(opts)
     self.memory = volume or (self.files .. "/memory")
     self.workspace_dir = assert(self.files_dir:make("workspace", PRIVATE, true))
     local made, why
-    if volume then made, why = store:make(opts.volume_name, tonumber("755", 8))
+    if volume then made, why = store:make(opts.volume_name, PRIVATE)
     else made, why = self.files_dir:make("memory", PRIVATE, true) end
     if not made then error("cannot create the volume directory: " .. why, 0) end
     self.memory_dir = made
@@ -502,6 +507,8 @@ function M.create(opts)
     -- over, unless it belongs to another uid (made before volumes had uids of their own).
     give_to(self.uid, self.workspace_dir, true)
     give_to(self.uid, self.memory_dir, not volume or made:stat().uid ~= self.uid)
+    -- closed to other host users, as the workspace is (volumes made before were 0755)
+    if volume then assert(made:chmod(PRIVATE)) end
     if self.context_dir then give_to(self.uid, self.context_dir, true) end
   end)
   if store then store:close() end
