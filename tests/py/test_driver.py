@@ -1024,6 +1024,19 @@ class TestCalls(DriverTest):
         ev = self.d.event()
         self.assertEqual(ev["stdout"], "['A', 'B', 'C']\n")
 
+    def test_replies_without_call_numbers_go_to_the_calls_in_turn(self):
+        # Two replies read at once, neither naming its call: the second goes to the second
+        # open call, not again to the first (whose reply is not taken yet).
+        rid = self.d.start("from concurrent.futures import ThreadPoolExecutor\n"
+                           "with ThreadPoolExecutor(2) as pool:\n"
+                           "    out = list(pool.map(llm_query, ['a', 'b']))\n"
+                           "print(sorted(out))")
+        prompts = [self.d.event()["args"]["prompt"] for _ in range(2)]
+        self.d.send({"op": "replies", "replies": [
+            {"op": "reply", "id": rid, "results": [p.upper()]} for p in prompts]})
+        ev = self.d.event()
+        self.assertEqual(ev.get("stdout"), "['A', 'B']\n", ev)
+
     def test_call_outside_a_block_fails_in_user_code(self):
         # The thread calls only once the test creates `go`, i.e. between two blocks.
         folder = tempfile.mkdtemp(prefix="rlm-driver-test-")

@@ -366,15 +366,15 @@ class Session:
 
     def take_reply(self, req):
         """Hands a request read while calls wait to the call it answers (no "call": the
-        first open one), or each of several ("replies"); anything else is answered with an
-        error line."""
+        first open one still without a reply), or each of several ("replies"); anything else
+        is answered with an error line."""
         if req.get("op") == "replies" and isinstance(req.get("replies"), list):
             for reply in req["replies"]:
                 self.take_reply(reply if isinstance(reply, dict) else {})
             return
         number = req.get("call")
-        if number is None and self.open_calls:
-            number = min(self.open_calls)
+        if number is None:   # the first open call that has no reply yet
+            number = min((n for n in self.open_calls if n not in self.replies), default=None)
         if req.get("op") == "reply" and req.get("id") == self.request_id and \
                 number in self.open_calls and number not in self.replies:
             self.replies[number] = req
